@@ -1,0 +1,39 @@
+# gpuhosts — the two everyday commands are `make plan` and `make test`.
+# Works on a machine with only python3, pip and make: uv is bootstrapped into .tools/.
+PYTHON ?= python3
+STACK ?= kpro5
+UV_VERSION := 0.13.9
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+
+.PHONY: plan test bench golden system-deps clean
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --python $(PYTHON)
+	touch $@
+
+plan: $(VENV)/.synced
+	$(VENV)/bin/gpuhosts plan $(STACK) --out build/plan/$(STACK)
+
+# shellcheck validates every rendered script; apt-get only runs where it is missing.
+system-deps:
+	@command -v shellcheck >/dev/null || { apt-get update -qq && apt-get install -y -qq shellcheck; }
+
+test: $(VENV)/.synced system-deps
+	$(VENV)/bin/python -m pytest
+
+golden: $(VENV)/.synced
+	GPUHOSTS_UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/test_golden.py
+
+bench: $(VENV)/.synced
+	$(VENV)/bin/python -m gpuhosts.bench
+
+clean:
+	rm -rf $(VENV) $(TOOLS) build

@@ -1,0 +1,16 @@
+"""gpuhosts: the stack's desired GPU hosts. The logic lives in components/; this file only wires config to them."""
+
+import pulumi
+
+from components.proxmox_host import ProxmoxHost, summarize_host
+from gpuhosts.config import SECTIONS, validate_stack
+
+settings = pulumi.Config()
+config = validate_stack({key: settings.get_object(key) for key in SECTIONS})
+for warning in config.warnings():
+    pulumi.log.warn(warning)
+
+host = ProxmoxHost(config, settings.require_secret("sshPrivateKey"))
+
+pulumi.export("rebootRequired", host.reboot_required)
+pulumi.export("desired", summarize_host(config))

@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources of gpuhosts, each over pure render functions."""

@@ -1,0 +1,1 @@
+"""gpuhosts: typed stack config, offline plan and command-line interface."""

@@ -1,0 +1,291 @@
+"""Typed stack configuration.
+
+Every `gpuhosts:*` key of a stack is validated here, once, before anything touches a host. Field rules live
+on the models; rules that span fields live in `_cross_field_problems`, so that each problem can name the exact
+config path (`gpuhosts:gpus[2].container`) and say how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+NAMESPACE = "gpuhosts"
+SECTIONS = ("host", "nvidia", "gpus", "containers")
+SECRET_KEYS = ("sshPrivateKey",)
+
+PCI_ADDRESS = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<slot>[01][0-9a-fA-F])\.(?P<fn>[0-7])$")
+DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+HOST_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/]+={0,3}$")
+KERNEL_ARG = re.compile(r"^[A-Za-z0-9_.-]+(=[A-Za-z0-9_.,:+-]+)?$")
+HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class Problem(BaseModel):
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ConfigError(Exception):
+    """Raised with every problem found, so a user fixes a stack in one pass."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("invalid stack configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class Bootloader(str, Enum):
+    SYSTEMD_BOOT = "systemd-boot"
+    GRUB = "grub"
+
+
+class KernelModuleType(str, Enum):
+    OPEN = "open"
+    PROPRIETARY = "proprietary"
+
+
+class GpuUse(str, Enum):
+    VFIO = "vfio"
+    HOST = "host"
+    CONTAINER = "container"
+
+
+class SshConfig(_Model):
+    host: str = Field(min_length=1, description="Address or DNS name of the host's SSH server.")
+    port: int = Field(22, ge=1, le=65535, description="SSH port.")
+    user: str = Field("root", min_length=1, description="Login user; `pct set --devN` needs root.")
+    host_key: str | None = Field(None, description="The host's public key (`ssh-ed25519 AAAA…`), pinned.")
+    insecure_ignore_host_key: bool = Field(False, description="Skip host key checking (warns). Default false.")
+
+    @field_validator("host_key")
+    @classmethod
+    def _key_shape(cls, value: str | None) -> str | None:
+        if value is not None and not HOST_KEY.match(value.strip()):
+            raise ValueError(
+                "is not an OpenSSH public key line; copy the host's `/etc/ssh/ssh_host_ed25519_key.pub` without the comment"
+            )
+        return value.strip() if value else value
+
+
+class HostConfig(_Model):
+    name: str = Field(description="Host name, used for resource names and the plan's host folder.")
+    ssh: SshConfig
+    bootloader: Bootloader = Field(description="`systemd-boot` or `grub` (`proxmox-boot-tool status` tells).")
+    kernel_args: tuple[str, ...] = Field(
+        ("iommu=pt",),
+        description="Kernel arguments for PCI passthrough. Default `iommu=pt`; add `intel_iommu=on` on Intel with kernels < 6.8.",
+    )
+    allow_reboot: bool = Field(False, description="Reboot the host (and wait) when a change needs it. Default false.")
+
+    @field_validator("name")
+    @classmethod
+    def _hostname(cls, value: str) -> str:
+        if not HOSTNAME.match(value):
+            raise ValueError("must be a lower-case host name (letters, digits, '-'), e.g. kpro5")
+        return value
+
+    @field_validator("kernel_args")
+    @classmethod
+    def _args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in value:
+            if not KERNEL_ARG.match(arg):
+                raise ValueError(f"{arg!r} is not a single kernel argument of the form key or key=value")
+        return value
+
+
+class NvidiaConfig(_Model):
+    version: str = Field(description="Exact driver version; drives the host module and every container's user space.")
+    kernel_module_type: KernelModuleType = Field(KernelModuleType.OPEN, description="`open` (default) or `proprietary`.")
+    sha256: str = Field(description="sha256 of the `.run` installer, checked before it runs.")
+    url: str | None = Field(None, description="Where to fetch the `.run`; default NVIDIA's download server.")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _exact(cls, value: Any) -> Any:
+        text = str(value)
+        if not DRIVER_VERSION.match(text):
+            raise ValueError(
+                f"{text!r} is not an exact driver version; user space must equal the kernel module exactly, "
+                "so pin the full version, e.g. \"580.126.09\" (quoted)"
+            )
+        return text
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, value: str) -> str:
+        if not SHA256.match(value):
+            raise ValueError("must be 64 lower-case hex digits: `sha256sum NVIDIA-Linux-x86_64-<version>.run`")
+        return value
+
+    @property
+    def run_file(self) -> str:
+        return f"NVIDIA-Linux-x86_64-{self.version}.run"
+
+    @property
+    def download_url(self) -> str:
+        return self.url or f"https://download.nvidia.com/XFree86/Linux-x86_64/{self.version}/{self.run_file}"
+
+
+class GpuConfig(_Model):
+    address: str = Field(description="PCI address of the GPU's function 0; `41:00.0` is read as `0000:41:00.0`.")
+    model: str = Field(min_length=1, description="Model name, for people reading the plan (`RTX A6000`).")
+    use: GpuUse = Field(description="`vfio` (for VMs), `host` (nvidia driver, kept on the host) or `container`.")
+    container: int | None = Field(None, description="vmid of the LXC container that receives the GPU (use: container).")
+
+    @field_validator("address", mode="before")
+    @classmethod
+    def _normalise(cls, value: Any) -> Any:
+        match = PCI_ADDRESS.match(str(value).strip())
+        if not match:
+            raise ValueError(
+                f"{value!r} is not a PCI address; write it as `lspci -D` shows it, e.g. 0000:41:00.0 (or 41:00.0)"
+            )
+        if match["fn"] != "0":
+            raise ValueError(f"{value!r} is function {match['fn']}; give the GPU's function .0 — the slot's other functions follow it")
+        return f"{(match['domain'] or '0000')}:{match['bus']}:{match['slot']}.0".lower()
+
+    @property
+    def slot(self) -> str:
+        return self.address[:-2]
+
+
+class ContainerConfig(_Model):
+    vmid: int = Field(ge=100, le=999_999_999, description="The LXC container's vmid.")
+    hostname: str = Field(min_length=1, description="The container's host name (checked, not set).")
+    allow_restart: bool = Field(
+        True, description="Restart the running container when its GPU devices change, so it sees them. Default true."
+    )
+
+
+class StackConfig(_Model):
+    host: HostConfig
+    nvidia: NvidiaConfig | None = None
+    gpus: tuple[GpuConfig, ...] = ()
+    containers: tuple[ContainerConfig, ...] = ()
+
+    def gpus_for(self, use: GpuUse) -> list[GpuConfig]:
+        return sorted((g for g in self.gpus if g.use is use), key=lambda g: g.address)
+
+    def container_gpus(self, vmid: int) -> list[GpuConfig]:
+        return [g for g in self.gpus_for(GpuUse.CONTAINER) if g.container == vmid]
+
+    @property
+    def nvidia_gpus(self) -> list[GpuConfig]:
+        return sorted((g for g in self.gpus if g.use is not GpuUse.VFIO), key=lambda g: g.address)
+
+    def warnings(self) -> list[str]:
+        found = []
+        if self.host.ssh.insecure_ignore_host_key:
+            found.append(
+                f"{NAMESPACE}:host.ssh.insecureIgnoreHostKey is true: the host's identity is not checked; pin hostKey instead"
+            )
+        for index, container in enumerate(self.containers):
+            if not self.container_gpus(container.vmid):
+                found.append(f"{NAMESPACE}:containers[{index}]: container {container.vmid} is declared but receives no GPU")
+        return found
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    text = f"{NAMESPACE}:{loc[0]}"
+    for part in loc[1:]:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text
+
+
+def _pydantic_problems(error: ValidationError) -> list[Problem]:
+    problems = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = f"unknown field {loc[-1]!r}; remove it or check its spelling"
+        elif item["type"] == "missing":
+            message = "is required"
+        elif item["type"] == "enum":
+            message = f"{item['input']!r} is not allowed; use one of: {item['ctx']['expected']}"
+        problems.append(Problem(path=_path(loc), message=message))
+    return problems
+
+
+def _cross_field_problems(config: StackConfig) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def add(path: str, message: str) -> None:
+        problems.append(Problem(path=f"{NAMESPACE}:{path}", message=message))
+
+    ssh = config.host.ssh
+    if ssh.host_key is None and not ssh.insecure_ignore_host_key:
+        add("host.ssh.hostKey", "is required: pin the host key (`ssh-keyscan -t ed25519 HOST`), "
+            "or set insecureIgnoreHostKey: true to skip the check knowingly")
+    if ssh.host_key is not None and ssh.insecure_ignore_host_key:
+        add("host.ssh.insecureIgnoreHostKey", "is true while hostKey is pinned: they are mutually exclusive; remove one")
+
+    if not config.gpus:
+        add("gpus", "declares no GPU; list the host's GPUs with their `use`")
+
+    seen_slots: dict[str, int] = {}
+    for index, gpu in enumerate(config.gpus):
+        if gpu.slot in seen_slots:
+            add(f"gpus[{index}].address", f"{gpu.address} is already declared as gpus[{seen_slots[gpu.slot]}]; "
+                "declare each GPU once")
+        else:
+            seen_slots[gpu.slot] = index
+
+    vmids: dict[int, int] = {}
+    for index, container in enumerate(config.containers):
+        if container.vmid in vmids:
+            add(f"containers[{index}].vmid", f"{container.vmid} is already declared as containers[{vmids[container.vmid]}]; "
+                "vmids are unique on a host")
+        else:
+            vmids[container.vmid] = index
+
+    for index, gpu in enumerate(config.gpus):
+        if gpu.use is GpuUse.CONTAINER:
+            if gpu.container is None:
+                add(f"gpus[{index}].container", "is required when use is container: name the vmid that receives the GPU")
+            elif gpu.container not in vmids:
+                add(f"gpus[{index}].container", f"container {gpu.container} is not declared; add "
+                    f"{{vmid: {gpu.container}, hostname: …}} to {NAMESPACE}:containers or fix the vmid")
+        elif gpu.container is not None:
+            add(f"gpus[{index}].container", f"is set but use is {gpu.use.value}; remove container: or set use: container")
+
+    if config.nvidia is None and config.nvidia_gpus:
+        add("nvidia", "is required: GPUs with use host or container need the NVIDIA driver (version, sha256)")
+    return problems
+
+
+def validate_stack(raw: dict[str, Any]) -> StackConfig:
+    """Turn the stack's `gpuhosts:*` values (namespace stripped) into a StackConfig, or raise ConfigError."""
+    problems = [
+        Problem(path=f"{NAMESPACE}:{key}",
+                message="is not a gpuhosts setting" + _suggest(key, SECTIONS + SECRET_KEYS))
+        for key in sorted(raw) if key not in SECTIONS and key not in SECRET_KEYS
+    ]
+    known = {key: value for key, value in raw.items() if key in SECTIONS and value is not None}
+    try:
+        config = StackConfig.model_validate(known)
+    except ValidationError as error:
+        raise ConfigError(problems + _pydantic_problems(error)) from None
+    problems += _cross_field_problems(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _suggest(key: str, choices: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, choices, n=1)
+    return f"; did you mean {NAMESPACE}:{close[0]}?" if close else f"; known: {', '.join(choices)}"
+

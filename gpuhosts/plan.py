@@ -1,0 +1,227 @@
+"""Offline plan: run the real Pulumi program under the SDK's mock runtime and write what it would apply.
+
+Nothing here talks to a host or to a Pulumi backend. The program (`__main__.py`) runs unchanged; a mock monitor
+records every resource it registers — type, name, parent, dependencies, inputs — and the stack outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuhosts.config import NAMESPACE, SECRET_KEYS, validate_stack
+
+SECRET = "[secret]"
+# How the SDK marks a secret value inside deserialized properties.
+SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
+# Stands in for secrets the CLI would decrypt; it must never reach a plan file.
+SECRET_PLACEHOLDER = "gpuhosts-plan-secret-placeholder"
+COMMAND_TYPES = {"command:remote:Command": "remote", "command:local:Command": "local"}
+
+
+class PlanError(Exception):
+    pass
+
+
+@dataclass
+class Recorded:
+    urn: str
+    type: str
+    name: str
+    parent: str | None
+    dependencies: list[str]
+    inputs: dict[str, Any]
+
+
+@dataclass
+class ProgramRun:
+    resources: list[Recorded] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+def read_stack_file(path: Path) -> tuple[dict[str, Any], set[str]]:
+    """The stack's gpuhosts:* values (namespace stripped) and which of them are secure (encrypted) values."""
+    if not path.is_file():
+        raise PlanError(f"stack file {path} does not exist; create it or pass --stack-file")
+    document = yaml.safe_load(path.read_text()) or {}
+    values: dict[str, Any] = {}
+    secure: set[str] = set()
+    for key, value in (document.get("config") or {}).items():
+        namespace, _, name = key.partition(":")
+        if namespace != NAMESPACE:
+            continue
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            secure.add(name)
+            value = SECRET_PLACEHOLDER
+        values[name] = value
+    return values, secure
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIGNATURE) is not None:
+            return SECRET
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def run_program(project_root: Path, stack: str, values: dict[str, Any]) -> ProgramRun:
+    """Run __main__.py under mocks with `values` as the stack's config; secrets stay marked secret."""
+    import pulumi
+    from pulumi.runtime import mocks as pulumi_mocks
+    from pulumi.runtime import rpc
+    from pulumi.runtime.sync_await import _sync_await
+
+    run = ProgramRun()
+
+    class Mocks(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+            return f"{args.name}-id", args.inputs
+
+        def call(self, args: pulumi.runtime.MockCallArgs):
+            return {}
+
+    class RecordingMonitor(pulumi_mocks.MockMonitor):
+        def RegisterResource(self, request):
+            response = super().RegisterResource(request)
+            if request.type != "pulumi:pulumi:Stack":
+                run.resources.append(Recorded(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent or None,
+                    dependencies=sorted(set(request.dependencies)),
+                    inputs=_scrub(rpc.deserialize_properties(request.object)),
+                ))
+            return response
+
+    config = {f"{NAMESPACE}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    secret_keys = [f"{NAMESPACE}:{k}" for k in SECRET_KEYS]
+    for key in secret_keys:
+        config.setdefault(key, SECRET_PLACEHOLDER)
+    pulumi.runtime.set_all_config(config, secret_keys)
+    mocks = Mocks()
+    pulumi.runtime.set_mocks(mocks, project=NAMESPACE, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
+    runpy.run_path(str(project_root / "__main__.py"), run_name="__main__")
+    _sync_await(pulumi.runtime.stack.wait_for_rpcs())
+    # Stack outputs are only sent to the engine when a real program finishes; read them off the root resource.
+    for name, value in pulumi.runtime.get_root_resource().outputs.items():
+        output = pulumi.Output.from_input(value)
+        run.outputs[name] = SECRET if _sync_await(output.is_secret()) else _sync_await(output.future())
+    return run
+
+
+def _apply_order(commands: list[Recorded]) -> list[Recorded]:
+    """Commands in dependency order (a parent's dependencies count for its children), ties by name."""
+    by_urn = {r.urn: r for r in commands}
+    remaining = sorted(commands, key=lambda r: r.name)
+    done: set[str] = set()
+    ordered: list[Recorded] = []
+    while remaining:
+        ready = [r for r in remaining if all(d in done or d not in by_urn for d in r.dependencies)]
+        if not ready:
+            raise PlanError("dependency cycle among: " + ", ".join(r.name for r in remaining))
+        ordered.append(ready[0])
+        done.add(ready[0].urn)
+        remaining.remove(ready[0])
+    return ordered
+
+
+def _effective_dependencies(resources: list[Recorded]) -> list[Recorded]:
+    """A child waits for whatever its ancestors depend on; resolve that down to the command resources."""
+    by_urn = {r.urn: r for r in resources}
+    children: dict[str, list[str]] = {}
+    for r in resources:
+        if r.parent:
+            children.setdefault(r.parent, []).append(r.urn)
+
+    def leaves(urn: str) -> set[str]:
+        if urn not in by_urn or by_urn[urn].type in COMMAND_TYPES:
+            return {urn}
+        found: set[str] = set()
+        for child in children.get(urn, []):
+            found |= leaves(child)
+        return found
+
+    result = []
+    for r in resources:
+        if r.type not in COMMAND_TYPES:
+            continue
+        deps: set[str] = set()
+        node: str | None = r.urn
+        while node is not None and node in by_urn:
+            for dep in by_urn[node].dependencies:
+                deps |= leaves(dep)
+            node = by_urn[node].parent
+        result.append(Recorded(r.urn, r.type, r.name, r.parent, sorted(deps), r.inputs))
+    return result
+
+
+def _dump(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> dict[str, Any]:
+    """Validate, run the program, and write the plan into `out` (replaced whole; untouched on any error)."""
+    from components.proxmox_host import plan_host
+
+    values, _secure = read_stack_file(stack_file)
+    config = validate_stack(values)
+    run = run_program(project_root, stack, values)
+    host = config.host.name
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        resources = sorted(run.resources, key=lambda r: r.urn)
+        _dump(staging / "resources.json", [
+            {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "dependencies": r.dependencies,
+             "inputs": r.inputs}
+            for r in resources
+        ])
+
+        host_dir = staging / "hosts" / host
+        for step in plan_host(config).steps:
+            for file in step.files:
+                target = host_dir / file.path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(file.content)
+                target.chmod(int(file.mode, 8))
+        ordered = _apply_order(_effective_dependencies(resources))
+        for index, command in enumerate(ordered, start=1):
+            folder = host_dir / "commands" / f"{index:02d}-{command.name}"
+            folder.mkdir(parents=True)
+            for operation in ("create", "update", "delete"):
+                text = command.inputs.get(operation)
+                if isinstance(text, str):
+                    (folder / f"{operation}.sh").write_text(text if text.endswith("\n") else text + "\n")
+            _dump(folder / "resource.json", {
+                "type": command.type,
+                "waitsFor": [urn.rsplit("::", 1)[1] for urn in command.dependencies],
+                **{k: v for k, v in command.inputs.items() if k not in ("create", "update", "delete")},
+            })
+
+        desired = run.outputs.get("desired")
+        if desired is None:
+            raise PlanError("the program exported no 'desired' output")
+        summary = {"stack": stack, "hosts": {host: desired}, "warnings": config.warnings()}
+        _dump(staging / "summary.json", summary)
+
+        if SECRET_PLACEHOLDER in "".join(p.read_text() for p in staging.rglob("*") if p.is_file()):
+            raise PlanError("a secret value reached the plan output; refusing to write it")
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return summary
