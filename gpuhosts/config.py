@@ -115,6 +115,10 @@ class NvidiaConfig(_Model):
     @field_validator("version", mode="before")
     @classmethod
     def _exact(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)):
+            raise ValueError(
+                f"{value!r} is a number; quote it (\"580.126.09\") — YAML reads 550.120 as 550.12 and an exact version needs the text"
+            )
         text = str(value)
         if not DRIVER_VERSION.match(text):
             raise ValueError(

@@ -1,0 +1,23 @@
+"""Shared fixtures: the kpro5 stack as data, and a copy of it to mutate."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from gpuhosts.plan import read_stack_file
+
+PROJECT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def kpro5_values() -> dict:
+    values, _secure = read_stack_file(PROJECT / "stacks" / "Pulumi.kpro5.yaml")
+    return copy.deepcopy(values)
+
+
+@pytest.fixture
+def kpro5() -> dict:
+    return kpro5_values()

@@ -1,0 +1,65 @@
+"""Plumbing shared by the stand-ins: where the host is, its settings, failures that end a command."""
+import json
+import os
+import sys
+from pathlib import Path
+
+
+class Fail(Exception):
+    """Ends a stand-in with ``msg`` on stderr and exit status ``code``, as the real command would."""
+
+    def __init__(self, msg, code=1):
+        super().__init__(msg)
+        self.msg, self.code = msg, code
+
+
+def root() -> Path:
+    # Refuse to run without a root: a stand-in must never touch the machine running the tests.
+    r = os.environ.get("GPUHOSTS_HOST_ROOT")
+    if not r:
+        raise Fail("fakehost: GPUHOSTS_HOST_ROOT is not set", 2)
+    return Path(r)
+
+
+def tree() -> Path:
+    """The host tree, also from inside a container (where the root is the container's disk)."""
+    return Path(os.environ.get("FAKEHOST_TREE") or root())
+
+
+def container():
+    return os.environ.get("FAKEHOST_CONTAINER") or None
+
+
+def settings(t=None) -> dict:
+    return json.loads(((t or tree()) / "var/lib/fakehost/settings.json").read_text())
+
+
+def kernel_release(t=None) -> str:
+    return settings(t)["kernel"]
+
+
+def write(path: Path, text, mode=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    if mode is not None:
+        path.chmod(mode)
+
+
+def rel(r: Path, p: str) -> Path:
+    """Host path ``p`` (absolute, unprefixed) inside the tree ``r``."""
+    return r / p.lstrip("/")
+
+
+def unprefix(p: str, r=None) -> str:
+    """Accepts both ``/dev/x`` and ``$root/dev/x`` and answers ``/dev/x``."""
+    r = str(r or root()).rstrip("/")
+    return p[len(r):] if p.startswith(r + "/") else p
+
+
+def run_main(fn, argv=None) -> int:
+    try:
+        return fn(list(sys.argv[1:] if argv is None else argv)) or 0
+    except Fail as e:
+        if e.msg:
+            print(e.msg, file=sys.stderr)
+        return e.code
