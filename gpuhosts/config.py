@@ -209,10 +209,10 @@ def _path(loc: tuple[Any, ...]) -> str:
     return text
 
 
-def _pydantic_problems(error: ValidationError) -> list[Problem]:
+def _pydantic_problems(error: ValidationError, prefix: tuple[Any, ...]) -> list[Problem]:
     problems = []
     for item in error.errors():
-        loc = tuple(item["loc"])
+        loc = prefix + tuple(item["loc"])
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = f"unknown field {loc[-1]!r}; remove it or check its spelling"
@@ -224,24 +224,24 @@ def _pydantic_problems(error: ValidationError) -> list[Problem]:
     return problems
 
 
-def _cross_field_problems(config: StackConfig) -> list[Problem]:
+def _cross_field_problems(host: HostConfig | None, nvidia: NvidiaConfig | None, nvidia_given: bool,
+                          gpus: list[tuple[int, GpuConfig]], containers: list[tuple[int, ContainerConfig]]) -> list[Problem]:
+    """Rules across fields, over the entries that passed their own validation (indices as the user wrote them)."""
     problems: list[Problem] = []
 
     def add(path: str, message: str) -> None:
         problems.append(Problem(path=f"{NAMESPACE}:{path}", message=message))
 
-    ssh = config.host.ssh
-    if ssh.host_key is None and not ssh.insecure_ignore_host_key:
-        add("host.ssh.hostKey", "is required: pin the host key (`ssh-keyscan -t ed25519 HOST`), "
-            "or set insecureIgnoreHostKey: true to skip the check knowingly")
-    if ssh.host_key is not None and ssh.insecure_ignore_host_key:
-        add("host.ssh.insecureIgnoreHostKey", "is true while hostKey is pinned: they are mutually exclusive; remove one")
-
-    if not config.gpus:
-        add("gpus", "declares no GPU; list the host's GPUs with their `use`")
+    if host is not None:
+        ssh = host.ssh
+        if ssh.host_key is None and not ssh.insecure_ignore_host_key:
+            add("host.ssh.hostKey", "is required: pin the host key (`ssh-keyscan -t ed25519 HOST`), "
+                "or set insecureIgnoreHostKey: true to skip the check knowingly")
+        if ssh.host_key is not None and ssh.insecure_ignore_host_key:
+            add("host.ssh.insecureIgnoreHostKey", "is true while hostKey is pinned: they are mutually exclusive; remove one")
 
     seen_slots: dict[str, int] = {}
-    for index, gpu in enumerate(config.gpus):
+    for index, gpu in gpus:
         if gpu.slot in seen_slots:
             add(f"gpus[{index}].address", f"{gpu.address} is already declared as gpus[{seen_slots[gpu.slot]}]; "
                 "declare each GPU once")
@@ -249,14 +249,14 @@ def _cross_field_problems(config: StackConfig) -> list[Problem]:
             seen_slots[gpu.slot] = index
 
     vmids: dict[int, int] = {}
-    for index, container in enumerate(config.containers):
+    for index, container in containers:
         if container.vmid in vmids:
             add(f"containers[{index}].vmid", f"{container.vmid} is already declared as containers[{vmids[container.vmid]}]; "
                 "vmids are unique on a host")
         else:
             vmids[container.vmid] = index
 
-    for index, gpu in enumerate(config.gpus):
+    for index, gpu in gpus:
         if gpu.use is GpuUse.CONTAINER:
             if gpu.container is None:
                 add(f"gpus[{index}].container", "is required when use is container: name the vmid that receives the GPU")
@@ -266,27 +266,54 @@ def _cross_field_problems(config: StackConfig) -> list[Problem]:
         elif gpu.container is not None:
             add(f"gpus[{index}].container", f"is set but use is {gpu.use.value}; remove container: or set use: container")
 
-    if config.nvidia is None and config.nvidia_gpus:
+    if not nvidia_given and any(gpu.use is not GpuUse.VFIO for _, gpu in gpus):
         add("nvidia", "is required: GPUs with use host or container need the NVIDIA driver (version, sha256)")
     return problems
 
 
 def validate_stack(raw: dict[str, Any]) -> StackConfig:
-    """Turn the stack's `gpuhosts:*` values (namespace stripped) into a StackConfig, or raise ConfigError."""
+    """Turn the stack's `gpuhosts:*` values (namespace stripped) into a StackConfig, or raise ConfigError.
+
+    Each section and each list entry is validated on its own, so one run reports every problem in the stack.
+    """
     problems = [
         Problem(path=f"{NAMESPACE}:{key}",
                 message="is not a gpuhosts setting" + _suggest(key, SECTIONS + SECRET_KEYS))
         for key in sorted(raw) if key not in SECTIONS and key not in SECRET_KEYS
     ]
-    known = {key: value for key, value in raw.items() if key in SECTIONS and value is not None}
-    try:
-        config = StackConfig.model_validate(known)
-    except ValidationError as error:
-        raise ConfigError(problems + _pydantic_problems(error)) from None
-    problems += _cross_field_problems(config)
+
+    def section(model: type[_Model], key: str) -> Any:
+        if raw.get(key) is None:
+            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="is required"))
+            return None
+        return _validate_at(model, raw[key], (key,), problems)
+
+    def entries(model: type[_Model], key: str) -> list[tuple[int, Any]]:
+        value = raw.get(key) or []
+        if not isinstance(value, list):
+            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="must be a list"))
+            return []
+        checked = [(i, _validate_at(model, item, (key, i), problems)) for i, item in enumerate(value)]
+        return [(i, item) for i, item in checked if item is not None]
+
+    host = section(HostConfig, "host")
+    nvidia = _validate_at(NvidiaConfig, raw["nvidia"], ("nvidia",), problems) if raw.get("nvidia") is not None else None
+    gpus = entries(GpuConfig, "gpus")
+    containers = entries(ContainerConfig, "containers")
+    if not raw.get("gpus"):
+        problems.append(Problem(path=f"{NAMESPACE}:gpus", message="declares no GPU; list the host's GPUs with their `use`"))
+    problems += _cross_field_problems(host, nvidia, raw.get("nvidia") is not None, gpus, containers)
     if problems:
         raise ConfigError(problems)
-    return config
+    return StackConfig(host=host, nvidia=nvidia, gpus=tuple(g for _, g in gpus), containers=tuple(c for _, c in containers))
+
+
+def _validate_at(model: type[_Model], value: Any, loc: tuple[Any, ...], problems: list[Problem]) -> Any:
+    try:
+        return model.model_validate(value)
+    except ValidationError as error:
+        problems += _pydantic_problems(error, loc)
+        return None
 
 
 def _suggest(key: str, choices: tuple[str, ...]) -> str:

@@ -109,6 +109,8 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any]) -> Progr
     for key in secret_keys:
         config.setdefault(key, SECRET_PLACEHOLDER)
     pulumi.runtime.set_all_config(config, secret_keys)
+    # A fresh root stack per run, so that several runs in one process do not share resources.
+    pulumi.runtime.settings.ROOT.set(None)
     mocks = Mocks()
     pulumi.runtime.set_mocks(mocks, project=NAMESPACE, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
     runpy.run_path(str(project_root / "__main__.py"), run_name="__main__")

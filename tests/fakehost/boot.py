@@ -1,0 +1,129 @@
+"""A reboot of the simulated host, in the order the configuration takes effect on a real one.
+
+1. Power off: ``run/`` goes; no module is loaded, no device bound, every driver_override is empty;
+   ``/dev/nvidia*`` nodes vanish; a new boot id.
+2. ``/proc/cmdline`` from the boot loader in use (systemd-boot: its loader entry, written by
+   ``proxmox-boot-tool refresh``; GRUB: ``boot/grub/grub.cfg``, written by ``update-grub``).
+3. initramfs, with the configuration *inside* ``boot/initrd.img-<kernel>`` (only ``update-initramfs`` changes
+   it): ``etc/initramfs-tools/scripts/init-top/*`` run, then the modules of ``etc/initramfs-tools/modules``
+   load with the initrd's modprobe.d.
+4. Root file system, with the live configuration: enabled units ordered before module loading
+   (``DefaultDependencies=no`` + ``Before=sysinit.target`` / ``systemd-modules-load.service`` / udev) start;
+   ``etc/modules`` and ``etc/modules-load.d/*.conf`` load (honouring ``options``, ``softdep … pre:``,
+   ``install``); then udev coldplug loads a driver for each device still unbound: NVIDIA GPU -> ``nvidia`` if
+   installed for the kernel and not blacklisted, else ``nouveau`` unless blacklisted; HDMI audio ->
+   ``snd_hda_intel``. (A simplification: the real udev would also load modules for devices already claimed.)
+5. The other enabled units start (in name order), then guests with ``onboot: 1`` (VMs, then containers).
+   Guests that fail to start are listed in ``run/fakehost/boot.log``.
+"""
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from . import host_env, kernel, pve, systemd
+from .system import ModprobeConf, boot_cmdline, modprobe, modules_list, parse_initrd, run_argv
+from .util import Fail, settings, write
+
+
+def _log(r, msg):
+    with open(r / "run/fakehost/boot.log", "a") as f:
+        f.write(msg + "\n")
+
+
+def _load(r, mod, conf, stage):
+    try:
+        modprobe(r, mod, conf)
+    except Fail as e:
+        _log(r, f"{stage}: {e.msg}")
+
+
+def power_off(r):
+    shutil.rmtree(r / "run", ignore_errors=True)
+    (r / "run").mkdir()
+    for a in kernel.pci_devices(r):
+        (kernel.dev_dir(r, a) / "driver").unlink(missing_ok=True)
+        kernel.set_override(r, a, "")
+    for d in ("sys/module", "sys/bus/pci/drivers", "proc/driver"):
+        shutil.rmtree(r / d, ignore_errors=True)
+    (r / "sys/module").mkdir(parents=True)
+    (r / "sys/bus/pci/drivers").mkdir(parents=True)
+    for p in list((r / "dev").glob("nvidia*")):
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    kernel.save(r, {"modules": [], "options": {}, "dynids": {}, "persistence": {}, "holders": [],
+                    "persistenced": None, "next_pid": 2100})
+
+
+def boot(r):
+    kv = settings(r)["kernel"]
+    write(r / "proc/sys/kernel/random/boot_id", str(uuid.uuid4()) + "\n")
+    write(r / "proc/cmdline", boot_cmdline(r) + "\n")
+    kernel.write_proc_devices(r)
+    write(r / "run/fakehost/boot.log", "")
+
+    # initramfs stage
+    image = parse_initrd((r / f"boot/initrd.img-{kv}").read_bytes())
+    texts = {n: c.decode() for n, (_, c) in image.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in sorted(n for n in image if n.startswith("etc/initramfs-tools/scripts/init-top/")):
+            mode, content = image[name]
+            if mode & 0o111 and not content.startswith(b"-> "):
+                script = os.path.join(tmp, os.path.basename(name))
+                write(Path(script), content, 0o755)
+                if run_argv(r, [script]):
+                    _log(r, f"initramfs: {name} failed")
+    iconf = ModprobeConf({n: c for n, c in texts.items() if n.startswith("etc/modprobe.d/")})
+    for mod in modules_list(texts.get("etc/initramfs-tools/modules", "")):
+        _load(r, mod, iconf, "initramfs")
+
+    # root file system
+    conf = ModprobeConf.live(r)
+    units = systemd.enabled_units(r)
+    early = [u for u in units if systemd.is_early(systemd.unit(r, u))]
+    for u in early:
+        if systemd.start(r, u):
+            _log(r, f"unit {u} failed")
+    mods = modules_list((r / "etc/modules").read_text()) if (r / "etc/modules").exists() else []
+    for p in sorted((r / "etc/modules-load.d").glob("*.conf")) if (r / "etc/modules-load.d").is_dir() else []:
+        mods += modules_list(p.read_text())
+    for mod in mods:
+        _load(r, mod, conf, "modules-load")
+    for a in kernel.pci_devices(r):  # udev coldplug
+        if kernel.driver_of(r, a):
+            continue
+        if kernel.is_nv_gpu(r, a):
+            cands = [m for m in ("nvidia", "nouveau") if m not in conf.blacklist and kernel.available(r, m)]
+        elif kernel.is_audio(r, a):
+            cands = [m for m in ("snd_hda_intel",) if m not in conf.blacklist]
+        else:
+            cands = []
+        for m in cands[:1]:
+            _load(r, m, conf, "udev")
+        kernel.probe(r, a)
+    for u in units:
+        if u not in early and systemd.start(r, u):
+            _log(r, f"unit {u} failed")
+    for vmid in pve.vmids(r, pve.VM):
+        if pve.read_conf(r, pve.VM, vmid)[1].get("onboot") == "1":
+            try:
+                pve.vm_start(r, vmid)
+            except Fail as e:
+                _log(r, f"VM {vmid}: {e.msg}")
+    for vmid in pve.vmids(r, pve.CT):
+        if pve.read_conf(r, pve.CT, vmid)[1].get("onboot") == "1":
+            try:
+                pve.ct_start(r, vmid)
+            except Fail as e:
+                _log(r, f"CT {vmid}: {e.msg}")
+
+
+def reboot(r):
+    power_off(r)
+    boot(r)
+
+
+def cmd_reboot(argv):
+    from .util import root
+    reboot(root())

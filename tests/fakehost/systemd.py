@@ -1,0 +1,200 @@
+"""systemctl over the tree's unit files.
+
+Enabling writes the ``<target>.wants/`` links; starting runs ExecStartPre=/ExecStart= of oneshot and
+forking units with the stand-ins (``/usr/bin/nvidia-modprobe`` runs the ``nvidia-modprobe`` stand-in).
+Long-running services (Type=simple/exec/notify) whose program is not a stand-in are only marked active:
+tests cannot keep a server process alive. Active state lives under ``run/``.
+"""
+import os
+import shlex
+import sys
+
+from . import BIN, kernel
+from .system import run_argv
+from .util import Fail, root, write
+
+UNIT_DIRS = ("etc/systemd/system", "run/systemd/system", "lib/systemd/system", "usr/lib/systemd/system")
+ACTIVE = "run/fakehost/units"
+
+
+def unit_name(n: str) -> str:
+    return n if "." in n else n + ".service"
+
+
+def find_unit(r, name):
+    return next((r / d / name for d in UNIT_DIRS if (r / d / name).is_file()), None)
+
+
+def parse_unit(text: str) -> dict:
+    """'Section.Key' -> list of values (an empty assignment resets the list, as in systemd)."""
+    out, sec = {}, ""
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            sec = line.strip("[]")
+            continue
+        k, _, v = line.partition("=")
+        vals = out.setdefault(f"{sec}.{k.strip()}", [])
+        if v.strip():
+            vals.append(v.strip())
+        else:
+            vals.clear()
+    return out
+
+
+def unit(r, name) -> dict:
+    p = find_unit(r, name)
+    if p is None:
+        raise Fail(f"Failed to start {name}: Unit {name} not found.", 5)
+    return parse_unit(p.read_text())
+
+
+def wants_links(r, name):
+    base = r / "etc/systemd/system"
+    return sorted(p for p in base.glob(f"*.*/{name}") if p.parent.name.endswith((".wants", ".requires")))
+
+
+def is_active(r, name) -> bool:
+    return (r / ACTIVE / name).exists()
+
+
+def is_early(u: dict) -> bool:
+    """Ordered before module loading and udev coldplug: the place to set driver_override at boot."""
+    before = " ".join(u.get("Unit.Before", [])).split()
+    early = {"sysinit.target", "systemd-modules-load.service", "systemd-udev-trigger.service",
+             "systemd-udevd.service", "local-fs-pre.target"}
+    return u.get("Unit.DefaultDependencies", ["yes"])[-1] in ("no", "false", "0") and bool(early & set(before))
+
+
+def start(r, name) -> int:
+    u = unit(r, name)
+    typ = u.get("Service.Type", ["simple"])[-1]
+    env = dict(kv.split("=", 1) for e in u.get("Service.Environment", []) for kv in shlex.split(e) if "=" in kv)
+    for key in ("Service.ExecStartPre", "Service.ExecStart"):
+        for line in u.get(key, []):
+            ignore = line.startswith("-")
+            argv = shlex.split(line.lstrip("-@+!:"))
+            if key == "Service.ExecStart" and typ not in ("oneshot", "forking") and not (
+                    BIN / os.path.basename(argv[0])).exists():
+                continue  # a server: marked active, not run
+            rc = run_argv(r, argv, env)
+            if rc and not ignore:
+                write(r / ACTIVE / (name + ".failed"), "")
+                return rc
+    (r / ACTIVE / (name + ".failed")).unlink(missing_ok=True)
+    if typ != "oneshot" or u.get("Service.RemainAfterExit", ["no"])[-1] in ("yes", "true", "1"):
+        write(r / ACTIVE / name, "")
+    return 0
+
+
+def stop(r, name):
+    u = unit(r, name)
+    for line in u.get("Service.ExecStop", []):
+        run_argv(r, shlex.split(line.lstrip("-@+!:")))
+    if any(os.path.basename(shlex.split(l.lstrip("-@+!:"))[0]) == "nvidia-persistenced"
+           for l in u.get("Service.ExecStart", [])):
+        stop_persistenced(r)
+    (r / ACTIVE / name).unlink(missing_ok=True)
+
+
+def stop_persistenced(r):
+    """The daemon exits: the GPUs it kept in persistence mode are released."""
+    st = kernel.kstate(r)
+    if st["persistenced"]:
+        st["persistence"] = {a: m for a, m in st["persistence"].items() if m != "daemon"}
+        st["persistenced"] = None
+        kernel.save(r, st)
+
+
+def enable(r, name, quiet=False):
+    u = unit(r, name)
+    targets = " ".join(u.get("Install.WantedBy", [])).split()
+    req = " ".join(u.get("Install.RequiredBy", [])).split()
+    if not targets and not req:
+        print(f"The unit files have no installation config (WantedBy=, RequiredBy=, Also=, Alias= settings in "
+              f"the [Install] section, and DefaultInstance= for template units). This means they are not meant "
+              f"to be enabled or disabled using systemctl.", file=sys.stderr)
+        return
+    src = "/" + find_unit(r, name).relative_to(r).as_posix()
+    for t, kind in [(t, "wants") for t in targets] + [(t, "requires") for t in req]:
+        link = r / f"etc/systemd/system/{t}.{kind}/{name}"
+        if not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(src, link)
+            if not quiet:
+                print(f"Created symlink /{link.relative_to(r).as_posix()} \u2192 {src}.", file=sys.stderr)
+
+
+def disable(r, name, quiet=False):
+    for link in wants_links(r, name):
+        link.unlink()
+        if not quiet:
+            print(f'Removed "/{link.relative_to(r).as_posix()}".', file=sys.stderr)
+
+
+def enabled_units(r) -> list:
+    base = r / "etc/systemd/system"
+    names = {p.name for p in base.glob("*.*/*") if p.parent.name.endswith((".wants", ".requires"))}
+    return sorted(n for n in names if n.endswith(".service") and find_unit(r, n))
+
+
+def cmd_systemctl(argv):
+    r = root()
+    quiet = any(a in ("-q", "--quiet") for a in argv)
+    now = "--now" in argv
+    words = [a for a in argv if not a.startswith("-")]
+    if not words:
+        raise Fail("systemctl: this simulation needs a command", 1)
+    sub, names = words[0], [unit_name(n) for n in words[1:]]
+    if sub == "daemon-reload":
+        return 0
+    if sub in ("reboot",):
+        from .boot import reboot
+        reboot(r)
+        return 0
+    rc = 0
+    for n in names:
+        if sub in ("start", "restart", "reload-or-restart", "try-restart") or (sub == "enable" and now):
+            if sub == "enable":
+                enable(r, n, quiet)
+            if sub != "start" and is_active(r, n):
+                stop(r, n)
+            if sub == "try-restart" and not is_active(r, n):
+                continue
+            if start(r, n):
+                print(f'Job for {n} failed because the control process exited with error code.\nSee "systemctl '
+                      f'status {n}" and "journalctl -xeu {n}" for details.', file=sys.stderr)
+                rc = 1
+        elif sub == "enable":
+            enable(r, n, quiet)
+        elif sub in ("stop", "disable"):
+            if sub == "disable":
+                disable(r, n, quiet)
+            if (sub == "stop" or now) and find_unit(r, n):
+                stop(r, n)
+        elif sub == "is-active":
+            state = "active" if is_active(r, n) else "failed" if (r / ACTIVE / (n + ".failed")).exists() else "inactive"
+            if not quiet:
+                print(state)
+            rc = rc or (0 if state == "active" else 3)
+        elif sub == "is-enabled":
+            if not find_unit(r, n):
+                if not quiet:
+                    print(f"Failed to get unit file state for {n}: No such file or directory", file=sys.stderr)
+                rc = 1
+                continue
+            u = unit(r, n)
+            state = "enabled" if wants_links(r, n) else "disabled" if (
+                u.get("Install.WantedBy") or u.get("Install.RequiredBy")) else "static"
+            if not quiet:
+                print(state)
+            rc = rc or (1 if state == "disabled" else 0)
+        elif sub == "status":
+            print(f"\u25cf {n}\n     Loaded: loaded (/{find_unit(r, n).relative_to(r).as_posix() if find_unit(r, n) else '?'})"
+                  f"\n     Active: {'active' if is_active(r, n) else 'inactive (dead)'}")
+            rc = rc or (0 if is_active(r, n) else 3)
+        else:
+            raise Fail(f"Unknown command verb '{sub}'.", 1)
+    return rc

@@ -1,0 +1,377 @@
+# managed by gpuhosts — unit vfio-binding; generated from templates/, do not edit on the host.
+set -euo pipefail
+umask 022
+# Empty on a real host; the simulated host of the tests points it at its tree (docs/fakehost-contract.md).
+root="${GPUHOSTS_HOST_ROOT:-}"
+unit=vfio-binding
+# shellcheck disable=SC2034  # shared by every unit; not every unit keeps state
+state_dir="$root/var/lib/gpuhosts"
+changed=0
+reboot_required=0
+file_changed=0
+
+say() { printf '%s: %s\n' "$unit" "$*"; }
+refuse() { printf '%s: refused: %s\n' "$unit" "$*" >&2; exit 1; }
+note_change() { changed=1; say "changed: $*"; }
+
+# install_file PATH MODE < content — writes only when content or mode differ; sets file_changed.
+# shellcheck disable=SC2034  # file_changed is read by the units that react to a change
+install_file() {
+  local target="$root$1" mode="$2" tmp
+  file_changed=0
+  mkdir -p "$(dirname "$target")"
+  tmp="$(mktemp "$target.gpuhosts.XXXXXX")"
+  cat >"$tmp"
+  chmod "$mode" "$tmp"
+  if [ -f "$target" ] && cmp -s "$tmp" "$target" && [ "$(stat -c %a "$target")" = "$(stat -c %a "$tmp")" ]; then
+    rm -f "$tmp"
+    return 0
+  fi
+  mv -f "$tmp" "$target"
+  file_changed=1
+  note_change "wrote $1"
+}
+
+# remove_file PATH — sets file_changed.
+# shellcheck disable=SC2034
+remove_file() {
+  file_changed=0
+  if [ -e "$root$1" ] || [ -L "$root$1" ]; then
+    rm -f "$root$1"
+    file_changed=1
+    note_change "removed $1"
+  fi
+}
+
+# sysfs_write PATH VALUE — a write to a kernel control file (driver_override, bind, unbind, drivers_probe).
+sysfs_write() {
+  printf '%s\n' "$2" >"$root$1"
+  if [ -n "${GPUHOSTS_SYSFS_HOOK:-}" ]; then
+    "$GPUHOSTS_SYSFS_HOOK" "$1"
+  fi
+}
+
+# --- host facts -------------------------------------------------------------------------------------------
+# The loaded nvidia kernel module's version, empty when none is loaded. The version is found by its shape, not
+# its column: /proc/driver/nvidia/version words it differently for the open and the proprietary module.
+module_version() {
+  if [ -r "$root/sys/module/nvidia/version" ]; then
+    cat "$root/sys/module/nvidia/version"
+  elif [ -r "$root/proc/driver/nvidia/version" ]; then
+    grep -m1 '^NVRM version:' "$root/proc/driver/nvidia/version" | grep -oE '[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2,3})?' | head -n1
+  fi
+}
+
+# The installed NVIDIA user space (the version in libnvidia-ml's file name), empty when none.
+userspace_version() {
+  local lib
+  for lib in "$root"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*.*; do
+    [ -e "$lib" ] || continue
+    printf '%s\n' "${lib##*/libnvidia-ml.so.}"
+    return 0
+  done
+}
+
+# char_major NAME — the major of a character device in /proc/devices; nvidia-uvm's is dynamic.
+char_major() {
+  awk -v name="$1" '/^Character devices:/ {c = 1; next} /^Block devices:/ {c = 0} c && $2 == name {print $1; exit}' \
+    "$root/proc/devices"
+}
+
+# gpu_minor ADDRESS — the GPU's minor under major 195, from the driver's own record (not PCI order).
+gpu_minor() {
+  local info="$root/proc/driver/nvidia/gpus/$1/information"
+  [ -r "$info" ] || return 0
+  sed -nE 's/^Device Minor:[[:space:]]*([0-9]+).*/\1/p' "$info"
+}
+
+# pci_driver ADDRESS — the driver bound to a PCI function, empty when unbound.
+pci_driver() {
+  local link="$root/sys/bus/pci/devices/$1/driver"
+  if [ -L "$link" ]; then
+    basename "$(readlink "$link")"
+  fi
+}
+
+# slot_functions SLOT — every function of a PCI slot (GPU, HDMI audio, USB-C …) that the host has.
+slot_functions() {
+  local dev
+  for dev in "$root/sys/bus/pci/devices/$1".*; do
+    [ -e "$dev" ] && basename "$dev"
+  done
+  return 0
+}
+
+# Normalise nvidia-smi's "00000000:41:00.0" and lspci's "41:00.0" to sysfs's "0000:41:00.0".
+normal_address() {
+  local id="${1,,}"
+  id="${id// /}"
+  case "$id" in
+    ????????:*) id="${id:4}" ;;
+    ??:??.?|??:??) id="0000:$id" ;;
+  esac
+  printf '%s\n' "$id"
+}
+
+# smi_rows — nvidia-smi's `--format=csv,noheader` rows whose first field is a bus id, as "address field…".
+smi_rows() {
+  local bus rest
+  while IFS=',' read -r bus rest; do
+    [ -n "$bus" ] || continue
+    rest="${rest//,/ }"
+    printf '%s %s\n' "$(normal_address "$bus")" "$(printf '%s' "$rest" | xargs)"
+  done
+}
+
+finish() {
+  if [ "$reboot_required" = 1 ]; then
+    mkdir -p "$root/run/gpuhosts"
+    : >"$root/run/gpuhosts/reboot-required"
+    say "reboot required"
+  fi
+  if [ "$changed" = 1 ]; then
+    say "done: changed"
+  else
+    say "done: no change"
+  fi
+}
+# --- PCI binding helpers (shared by ensure and teardown) ----------------------------------------------------
+driver_override() {
+  local value
+  value="$(cat "$root/sys/bus/pci/devices/$1/driver_override" 2>/dev/null || true)"
+  [ "$value" = "(null)" ] || printf '%s\n' "$value"
+}
+
+# vms_using_slot SLOT — "vmid status" of every VM whose hostpciN names a function of SLOT.
+vms_using_slot() {
+  local vmid status entry id
+  while read -r vmid status; do
+    while read -r entry; do
+      for id in ${entry//;/ }; do
+        id="$(normal_address "$id")"
+        if [ "${id%.*}" = "$1" ] || [ "$id" = "$1" ]; then
+          printf '%s %s\n' "$vmid" "$status"
+          break 2
+        fi
+      done
+    done < <(qm config "$vmid" | sed -nE 's/^hostpci[0-9]+: ([^,]+).*/\1/p')
+  done < <(qm list | awk 'NR > 1 {print $1, $3}')
+}
+
+# gpu_release_problem ADDRESS — why the nvidia driver cannot let go of this GPU now; empty when it can.
+# Unbinding a held GPU from nvidia hangs in the kernel, so this is checked before any write.
+gpu_release_problem() {
+  local address="$1" minor bus_id pid
+  minor="$(gpu_minor "$address")"
+  if [ "$(nvidia-smi -i "$address" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null || true)" = "Enabled" ]; then
+    nvidia-smi -i "$address" -pm 0 >/dev/null 2>&1 || true
+    if [ "$(nvidia-smi -i "$address" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null || true)" = "Enabled" ]; then
+      printf 'persistence mode holds GPU %s and stays on: run 'nvidia-smi -i %s -pm 0' (stop whatever re-enables it) and run again\n' "$address" "$address"
+      return 0
+    fi
+  fi
+  if [ -n "$minor" ] && fuser -s "$root/dev/nvidia$minor" 2>/dev/null; then
+    printf 'a process holds /dev/nvidia%s (GPU %s): %s; stop it and run again\n' "$minor" "$address" \
+      "$(fuser -v "$root/dev/nvidia$minor" 2>&1 | tr '\n' ' ')"
+    return 0
+  fi
+  while read -r bus_id pid; do
+    if [ "$bus_id" = "$address" ]; then
+      printf 'process %s computes on GPU %s; stop it and run again\n' "$pid" "$address"
+      return 0
+    fi
+  done < <(nvidia-smi --query-compute-apps=gpu_bus_id,pid --format=csv,noheader 2>/dev/null | smi_rows || true)
+}
+
+# rebind FUNCTION DRIVER — move one PCI function to DRIVER ("" = its default driver) through sysfs.
+rebind() {
+  local function="$1" driver="$2"
+  sysfs_write "/sys/bus/pci/devices/$function/driver_override" "$driver"
+  if [ -n "$(pci_driver "$function")" ]; then
+    sysfs_write "/sys/bus/pci/devices/$function/driver/unbind" "$function"
+  fi
+  sysfs_write /sys/bus/pci/drivers_probe "$function"
+}
+
+bootloader=systemd-boot
+vfio_slots=(0000:01:00 0000:21:00)
+nvidia_slots=(0000:41:00 0000:61:00)
+kernel_args=(iommu=pt)
+original="$state_dir/vfio-original.state"
+added_args="$state_dir/vfio-kernel-args.state"
+
+# --- check: every declared GPU is on this host, and is NVIDIA ----------------------------------------------
+for slot in "${vfio_slots[@]}" "${nvidia_slots[@]}"; do
+  [ -d "$root/sys/bus/pci/devices/$slot.0" ] || refuse "GPU $slot.0 is declared but not on this host (lspci -D); fix gpuhosts:gpus"
+  vendor="$(cat "$root/sys/bus/pci/devices/$slot.0/vendor")"
+  [ "$vendor" = 0x10de ] || refuse "$slot.0 is not an NVIDIA device (vendor $vendor); fix gpuhosts:gpus"
+done
+
+# --- check: which functions must move, and is it safe ------------------------------------------------------
+to_vfio=()
+to_release=()
+for slot in "${vfio_slots[@]}"; do
+  while read -r function; do
+    if [ "$(pci_driver "$function")" != vfio-pci ] || [ "$(driver_override "$function")" != vfio-pci ]; then
+      to_vfio+=("$function")
+    fi
+  done < <(slot_functions "$slot")
+done
+for slot in "${nvidia_slots[@]}"; do
+  while read -r function; do
+    if [ "$(pci_driver "$function")" = vfio-pci ] || [ -n "$(driver_override "$function")" ]; then
+      to_release+=("$function")
+    fi
+  done < <(slot_functions "$slot")
+done
+
+for function in "${to_vfio[@]}"; do
+  if [ "$(pci_driver "$function")" = nvidia ]; then
+    problem="$(gpu_release_problem "$function")"
+    [ -z "$problem" ] || refuse "$problem"
+  fi
+done
+for function in "${to_release[@]}"; do
+  while read -r vmid status; do
+    if [ "$status" = running ]; then
+      refuse "VM $vmid is running with ${function%.*} passed through (qm config $vmid); stop it or keep the GPU on vfio"
+    fi
+    say "warning: stopped VM $vmid still lists ${function%.*} in hostpci; it will not start until that entry is removed"
+  done < <(vms_using_slot "${function%.*}")
+done
+
+# --- act: boot-time binding by address ---------------------------------------------------------------------
+mkdir -p "$state_dir"
+if [ ! -f "$original" ]; then
+  for slot in "${vfio_slots[@]}" "${nvidia_slots[@]}"; do
+    while read -r function; do
+      printf '%s %s %s\n' "$function" "$(pci_driver "$function")" "$(driver_override "$function")"
+    done < <(slot_functions "$slot")
+  done >"$original"
+fi
+
+initramfs_stale=0
+install_file /usr/local/lib/gpuhosts/vfio-override.sh 0755 <<'GPUHOSTS_EOF'
+#!/bin/sh
+# managed by gpuhosts — runs from modprobe.d before vfio-pci loads: every function of these slots goes to vfio-pci.
+for dev in /sys/bus/pci/devices/0000:01:00.* /sys/bus/pci/devices/0000:21:00.*; do
+  if [ -w "$dev/driver_override" ]; then
+    echo vfio-pci >"$dev/driver_override"
+  fi
+done
+exit 0
+GPUHOSTS_EOF
+install_file /etc/modprobe.d/gpuhosts-vfio.conf 0644 <<'GPUHOSTS_EOF'
+# managed by gpuhosts — bind 0000:01:00 0000:21:00 to vfio-pci by PCI address, not by device id:
+# GPUs of the same model elsewhere on this host keep their own driver.
+# vfio-pci loads first, marks those slots (driver_override) and so claims them before nvidia, nouveau or the HDMI audio driver.
+softdep nvidia pre: vfio-pci
+softdep nouveau pre: vfio-pci
+softdep snd_hda_intel pre: vfio-pci
+install vfio-pci /usr/local/lib/gpuhosts/vfio-override.sh; /sbin/modprobe --ignore-install vfio-pci $CMDLINE_OPTS
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || initramfs_stale=1
+install_file /etc/modules-load.d/gpuhosts-vfio.conf 0644 <<'GPUHOSTS_EOF'
+# managed by gpuhosts — vfio modules for PCI passthrough to VMs (0000:01:00 0000:21:00).
+vfio
+vfio_iommu_type1
+vfio_pci
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || initramfs_stale=1
+
+# A hand-made `options vfio-pci ids=…` grabs every GPU of that model; it is commented out (kept in a backup)
+# when it would take a GPU that must stay with nvidia.
+release_ids=()
+for slot in "${nvidia_slots[@]}"; do
+  while read -r function; do
+    dev="$root/sys/bus/pci/devices/$function"
+    release_ids+=("$(sed 's/^0x//' "$dev/vendor"):$(sed 's/^0x//' "$dev/device")")
+  done < <(slot_functions "$slot")
+done
+for conf in "$root"/etc/modprobe.d/*.conf; do
+  [ -f "$conf" ] || continue
+  name="${conf##*/}"
+  [ "$name" != gpuhosts-vfio.conf ] || continue
+  ids="$(sed -nE 's/^[[:space:]]*options[[:space:]]+vfio[-_]pci[[:space:]].*ids=([0-9a-fA-F:,]+).*/\1/p' "$conf" | tr ',' ' ')"
+  [ -n "$ids" ] || continue
+  clash=0
+  for id in $ids; do
+    for wanted in "${release_ids[@]}"; do
+      [ "${id,,}" != "$wanted" ] || clash=1
+    done
+  done
+  [ "$clash" = 1 ] || continue
+  mkdir -p "$state_dir/backup/etc/modprobe.d"
+  [ -f "$state_dir/backup/etc/modprobe.d/$name" ] || cp -p "$conf" "$state_dir/backup/etc/modprobe.d/$name"
+  install_file "/etc/modprobe.d/$name" "$(stat -c %a "$conf")" < <(
+    sed -E 's/^([[:space:]]*options[[:space:]]+vfio[-_]pci[[:space:]].*ids=.*)$/# gpuhosts: vfio-pci binds by PCI address now; was: \1/' "$conf")
+  initramfs_stale=1
+done
+
+if [ "$initramfs_stale" = 1 ]; then
+  update-initramfs -u -k all
+  reboot_required=1
+fi
+
+# --- act: IOMMU kernel arguments ---------------------------------------------------------------------------
+if [ "$bootloader" = systemd-boot ]; then
+  current="$(cat "$root/etc/kernel/cmdline")"
+else
+  grep -q '^GRUB_CMDLINE_LINUX_DEFAULT="' "$root/etc/default/grub" \
+    || refuse "/etc/default/grub has no GRUB_CMDLINE_LINUX_DEFAULT=\"…\" line to extend"
+  current="$(sed -nE 's/^GRUB_CMDLINE_LINUX_DEFAULT="(.*)"$/\1/p' "$root/etc/default/grub")"
+fi
+wanted="$current"
+for arg in "${kernel_args[@]}"; do
+  case " $current " in
+    *" $arg "*) ;;
+    *)
+      wanted="${wanted:+$wanted }$arg"
+      grep -qxF "$arg" "$added_args" 2>/dev/null || printf '%s\n' "$arg" >>"$added_args"
+      ;;
+  esac
+done
+if [ "$wanted" != "$current" ]; then
+  if [ "$bootloader" = systemd-boot ]; then
+    install_file /etc/kernel/cmdline 0644 < <(printf '%s\n' "$wanted")
+    proxmox-boot-tool refresh
+  else
+    install_file /etc/default/grub 0644 < <(
+      awk -v line="GRUB_CMDLINE_LINUX_DEFAULT=\"$wanted\"" '/^GRUB_CMDLINE_LINUX_DEFAULT="/ {print line; next} {print}' "$root/etc/default/grub")
+    update-grub
+  fi
+fi
+for arg in "${kernel_args[@]}"; do
+  case " $(cat "$root/proc/cmdline") " in
+    *" $arg "*) ;;
+    *) reboot_required=1 ;;
+  esac
+done
+
+# --- act: live rebinding -----------------------------------------------------------------------------------
+if [ "${#to_vfio[@]}" -gt 0 ] && [ ! -d "$root/sys/module/vfio_pci" ]; then
+  modprobe vfio-pci
+fi
+for function in "${to_vfio[@]}"; do
+  rebind "$function" vfio-pci
+  note_change "bound $function to vfio-pci"
+done
+for function in "${to_release[@]}"; do
+  rebind "$function" ""
+  note_change "released $function from vfio-pci (now: $(pci_driver "$function"))"
+done
+
+# --- verify ------------------------------------------------------------------------------------------------
+for slot in "${vfio_slots[@]}"; do
+  while read -r function; do
+    [ "$(pci_driver "$function")" = vfio-pci ] || refuse "$function is on '$(pci_driver "$function")', not vfio-pci, after binding"
+  done < <(slot_functions "$slot")
+done
+for slot in "${nvidia_slots[@]}"; do
+  driver="$(pci_driver "$slot.0")"
+  if [ "$driver" != nvidia ]; then
+    say "$slot.0 is on '${driver:-no driver}'; nvidia takes it at the next boot"
+    reboot_required=1
+  fi
+done
+finish

@@ -1,0 +1,88 @@
+"""`gpuhosts plan`: what it writes, that it writes it identically twice, and that bad input writes nothing."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from conftest import PROJECT
+
+GPUHOSTS = [sys.executable, "-m", "gpuhosts.cli"]
+
+
+def plan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*GPUHOSTS, "plan", *args], capture_output=True, text=True, cwd=PROJECT)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_kpro5_summary_binds_exactly_the_3090s_and_gives_ct129_the_a6000s(tmp_path):
+    result = plan("kpro5", "--out", str(tmp_path / "kpro5"))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "kpro5" / "summary.json").read_text())
+    host = summary["hosts"]["kpro5"]
+    assert host["driver"] == {
+        "version": "580.126.09", "kernelModuleType": "open", "sha256": host["driver"]["sha256"],
+        "url": "https://download.nvidia.com/XFree86/Linux-x86_64/580.126.09/NVIDIA-Linux-x86_64-580.126.09.run",
+    }
+    assert host["vfio"] == ["0000:01:00.0", "0000:21:00.0"]
+    assert host["nvidia"] == ["0000:41:00.0", "0000:61:00.0"]
+    assert {k: v["model"] for k, v in host["gpus"].items() if v["use"] == "vfio"} == {
+        "0000:01:00.0": "RTX 3090", "0000:21:00.0": "RTX 3090"}
+    assert host["containers"] == {"129": {**host["containers"]["129"], "gpus": ["0000:41:00.0", "0000:61:00.0"],
+                                          "userspace": "580.126.09"}}
+
+    resources = json.loads((tmp_path / "kpro5" / "resources.json").read_text())
+    assert {r["type"] for r in resources} >= {"gpuhosts:host:ProxmoxHost", "command:remote:Command"}
+    assert all({"type", "name", "parent", "dependencies", "inputs"} <= set(r) for r in resources)
+    commands = sorted(p.name for p in (tmp_path / "kpro5" / "hosts" / "kpro5" / "commands").iterdir())
+    assert commands == ["01-kpro5-nvidia-driver", "02-kpro5-vfio-binding", "03-kpro5-nvidia-uvm-at-boot",
+                        "04-kpro5-ct129-gpu-devices", "05-kpro5-ct129-nvidia-userspace"]
+
+
+def test_two_runs_are_byte_identical(tmp_path):
+    assert plan("kpro5", "--out", str(tmp_path / "a")).returncode == 0
+    assert plan("kpro5", "--out", str(tmp_path / "b")).returncode == 0
+    assert tree(tmp_path / "a") == tree(tmp_path / "b")
+    assert not filecmp.dircmp(tmp_path / "a", tmp_path / "b").diff_files
+
+
+def test_secrets_from_the_stack_file_never_reach_the_plan(tmp_path):
+    document = yaml.safe_load((PROJECT / "stacks" / "Pulumi.kpro5.yaml").read_text())
+    document["config"]["gpuhosts:sshPrivateKey"] = {"secure": "v1:ZmFrZS1jaXBoZXJ0ZXh0LW9mLWEta2V5"}
+    stack_file = tmp_path / "Pulumi.kpro5.yaml"
+    stack_file.write_text(yaml.safe_dump(document))
+    result = plan("kpro5", "--stack-file", str(stack_file), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    text = "".join(p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert "ZmFrZS1jaXBoZXJ0ZXh0" not in text and "placeholder" not in text
+    assert '"connection": "[secret]"' in text
+
+
+def test_invalid_stack_fails_with_the_field_and_writes_nothing(tmp_path):
+    document = yaml.safe_load((PROJECT / "stacks" / "Pulumi.kpro5.yaml").read_text())
+    document["config"]["gpuhosts:nvidia"]["version"] = "580"
+    document["config"]["gpuhosts:gpus"][3]["container"] = 130
+    stack_file = tmp_path / "Pulumi.bad.yaml"
+    stack_file.write_text(yaml.safe_dump(document))
+    out = tmp_path / "out"
+    result = plan("bad", "--stack-file", str(stack_file), "--out", str(out))
+    assert result.returncode == 2
+    assert "gpuhosts:nvidia.version" in result.stderr and "gpuhosts:gpus[3].container" in result.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == [stack_file]
+
+
+def test_invalid_stack_leaves_an_earlier_plan_untouched(tmp_path):
+    out = tmp_path / "out"
+    assert plan("kpro5", "--out", str(out)).returncode == 0
+    before = tree(out)
+    result = plan("missing", "--stack-file", str(tmp_path / "nope.yaml"), "--out", str(out))
+    assert result.returncode == 1 and "does not exist" in result.stderr
+    assert tree(out) == before

@@ -1,0 +1,96 @@
+"""The real __main__.py of the kpro5 stack under Pulumi's mock runtime: resources, parents, dependencies, secrets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import PROJECT, kpro5_values
+from gpuhosts.plan import SECRET, SECRET_PLACEHOLDER, run_program
+
+EXPECTED = {
+    # name: (type, parent name)
+    "kpro5": ("gpuhosts:host:ProxmoxHost", None),
+    "kpro5-nvidia-driver": ("gpuhosts:host:NvidiaDriver", "kpro5"),
+    "kpro5-vfio-binding": ("gpuhosts:host:VfioBinding", "kpro5"),
+    "kpro5-lxc-gpu-passthrough": ("gpuhosts:host:LxcGpuPassthrough", "kpro5"),
+    "kpro5-ct129-userspace": ("gpuhosts:host:ContainerUserspace", "kpro5"),
+}
+COMMANDS = {
+    # command name: (parent component, component or command it must wait for)
+    "kpro5-nvidia-driver": ("kpro5-nvidia-driver", None),
+    "kpro5-vfio-binding": ("kpro5-vfio-binding", "kpro5-nvidia-driver"),
+    "kpro5-nvidia-uvm-at-boot": ("kpro5-lxc-gpu-passthrough", "kpro5-vfio-binding"),
+    "kpro5-ct129-gpu-devices": ("kpro5-lxc-gpu-passthrough", "kpro5-nvidia-uvm-at-boot"),
+    "kpro5-ct129-nvidia-userspace": ("kpro5-ct129-userspace", "kpro5-ct129-gpu-devices"),
+}
+
+
+@pytest.fixture(scope="module")
+def run():
+    return run_program(PROJECT, "kpro5", kpro5_values())
+
+
+def by_name(run, name, type_=None):
+    found = [r for r in run.resources if r.name == name and (type_ is None or r.type == type_)]
+    assert len(found) == 1, f"{name}: {[r.urn for r in found]}"
+    return found[0]
+
+
+def test_components_and_their_parents(run):
+    for name, (type_, parent) in EXPECTED.items():
+        resource = by_name(run, name, type_)
+        if parent is None:
+            assert resource.parent.endswith("pulumi:pulumi:Stack::gpuhosts-kpro5"), resource.urn
+        else:
+            assert resource.parent == by_name(run, parent, EXPECTED[parent][0]).urn, resource.urn
+
+
+def test_commands_parents_and_dependencies(run):
+    commands = [r for r in run.resources if r.type == "command:remote:Command"]
+    assert sorted(r.name for r in commands) == sorted(COMMANDS)
+    for name, (parent, waits_for) in COMMANDS.items():
+        command = by_name(run, name, "command:remote:Command")
+        assert command.parent == by_name(run, parent, EXPECTED[parent][0]).urn, command.urn
+        if waits_for is None:
+            assert command.dependencies == [], command.urn
+        else:
+            assert command.dependencies == [by_name(run, waits_for, "command:remote:Command").urn], command.urn
+
+
+def test_every_command_has_a_teardown_and_no_ssh_environment(run):
+    for command in (r for r in run.resources if r.type == "command:remote:Command"):
+        assert command.inputs["create"].startswith("# managed by gpuhosts"), command.urn
+        assert command.inputs["delete"].startswith("# managed by gpuhosts"), command.urn
+        assert command.inputs["addPreviousOutputInEnv"] is False, command.urn
+        assert "environment" not in command.inputs, command.urn
+
+
+def test_the_ssh_connection_stays_secret(run):
+    for command in (r for r in run.resources if r.type == "command:remote:Command"):
+        assert command.inputs["connection"] == SECRET, command.urn
+    assert SECRET_PLACEHOLDER not in json.dumps([r.inputs for r in run.resources])
+
+
+def test_stack_outputs(run):
+    desired = run.outputs["desired"]
+    assert desired["vfio"] == ["0000:01:00.0", "0000:21:00.0"]
+    assert desired["containers"]["129"]["gpus"] == ["0000:41:00.0", "0000:61:00.0"]
+    assert run.outputs["rebootRequired"] is False
+
+
+def test_allow_reboot_adds_a_waited_reboot_before_the_containers():
+    values = kpro5_values()
+    values["host"]["allowReboot"] = True
+    run = run_program(PROJECT, "kpro5", values)
+    wait = by_name(run, "kpro5-reboot-wait", "command:remote:Command")
+    reboot = by_name(run, "kpro5-reboot", "command:remote:Command")
+    settle = by_name(run, "kpro5-reboot-settle", "command:local:Command")
+    assert settle.dependencies == [reboot.urn]
+    assert sorted(wait.dependencies) == sorted([settle.urn, reboot.urn])
+    assert reboot.dependencies == [by_name(run, "kpro5-vfio-binding", "command:remote:Command").urn]
+    assert len(reboot.inputs["triggers"]) == 2
+    passthrough = by_name(run, "kpro5-lxc-gpu-passthrough", "gpuhosts:host:LxcGpuPassthrough")
+    uvm = by_name(run, "kpro5-nvidia-uvm-at-boot", "command:remote:Command")
+    assert uvm.dependencies == [wait.urn] and uvm.parent == passthrough.urn
