@@ -367,12 +367,14 @@ def set_persistence(r, addr, mode):
     save(r, st)
 
 
-def hold(r, node, command="python3", compute=False, pid=None) -> int:
-    """Records a process holding device node ``node`` (``/dev/nvidia2``); returns its pid."""
+def hold(r, node, command="python3", compute=False, pid=None, container=None) -> int:
+    """Records a process holding device node ``node`` (``/dev/nvidia2``); returns its pid.
+    A holder inside ``container`` goes away when that container stops."""
     pid = pid or new_pid(r)
     st = kstate(r)
     gpu = next((a for a, m in nv_gpus(r) if node == f"/dev/nvidia{m}"), None)
-    st["holders"].append({"node": node, "pid": pid, "command": command, "compute": compute, "gpu": gpu})
+    st["holders"].append({"node": node, "pid": pid, "command": command, "compute": compute, "gpu": gpu,
+                          "container": container})
     save(r, st)
     return pid
 

@@ -238,8 +238,9 @@ def pct_exec(r, vmid, argv):
     env.update(FAKEHOST_TREE=str(r), FAKEHOST_CONTAINER=str(vmid))
     try:
         return subprocess.run([inside(prog), *map(inside, argv[1:])], env=env, cwd=croot).returncode
-    except FileNotFoundError:
-        raise Fail(f'lxc-attach: {vmid}: attach.c: lxc_attach_run_command: Failed to exec "{argv[0]}"', 255)
+    except OSError as e:
+        raise Fail(f'lxc-attach: {vmid}: ../src/lxc/attach.c: lxc_attach_run_command: 1841 {e.strerror} - '
+                   f'Failed to exec "{argv[0]}"', 255)
 
 
 # ---- qm -------------------------------------------------------------------------------------------------

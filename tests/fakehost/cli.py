@@ -1,0 +1,29 @@
+"""Entry point of the stand-ins in bin/: the program name picks the command."""
+import os
+import sys
+
+from .util import run_main
+
+COMMANDS = {  # program -> (module, function)
+    "pct": ("pve", "cmd_pct"), "qm": ("pve", "cmd_qm"),
+    "nvidia-smi": ("nvtools", "cmd_nvidia_smi"), "nvidia-modprobe": ("nvtools", "cmd_nvidia_modprobe"),
+    "nvidia-persistenced": ("nvtools", "cmd_nvidia_persistenced"),
+    "nvidia-uninstall": ("nvtools", "cmd_nvidia_uninstall"), "fuser": ("nvtools", "cmd_fuser"),
+    "modprobe": ("system", "cmd_modprobe"), "update-initramfs": ("system", "cmd_update_initramfs"),
+    "proxmox-boot-tool": ("system", "cmd_proxmox_boot_tool"), "update-grub": ("system", "cmd_update_grub"),
+    "apt-get": ("system", "cmd_apt_get"), "dpkg-query": ("system", "cmd_dpkg_query"), "dpkg": ("system", "cmd_dpkg"),
+    "uname": ("system", "cmd_uname"), "systemctl": ("systemd", "cmd_systemctl"), "reboot": ("boot", "cmd_reboot"),
+    "fakehost-sysfs-hook": ("kernel", "main"),
+}
+
+
+def main(prog, argv):
+    import importlib
+    mod, fn = COMMANDS[prog]
+    if prog == "fakehost-sysfs-hook":
+        argv = ["sysfs-hook", *argv]
+    return run_main(getattr(importlib.import_module(f"fakehost.{mod}"), fn), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2:]))
