@@ -25,7 +25,8 @@ def render_files(config: StackConfig) -> dict[str, HostFile]:
 
 def plan_nvidia_driver(config: StackConfig) -> Step:
     files = render_files(config)
-    values = dict(unit=UNIT, nvidia=config.nvidia, persistenced_unit_name=PERSISTENCED_UNIT, **files)
+    values = dict(unit=UNIT, nvidia=config.nvidia, persistenced_unit_name=PERSISTENCED_UNIT,
+                  nvidia_gpus=[gpu.address for gpu in config.nvidia_gpus], **files)
     return Step(
         name=f"{config.host.name}-{UNIT}",
         create=render("nvidia_driver/ensure.sh.j2", **values),
@@ -36,8 +37,8 @@ def plan_nvidia_driver(config: StackConfig) -> Step:
 
 class NvidiaDriver(pulumi.ComponentResource):
     def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs,
-                 opts: pulumi.ResourceOptions | None = None):
+                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
         super().__init__("gpuhosts:host:NvidiaDriver", name, None, opts)
-        self.command = step_command(step, connection, self)
+        self.command = step_command(step, connection, self, depends_on or [])
         self.reboot_required = reboot_required(self.command)
         self.register_outputs({"rebootRequired": self.reboot_required})

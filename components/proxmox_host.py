@@ -29,7 +29,7 @@ class HostPlan:
 
     @property
     def steps(self) -> list[Step]:
-        ordered: list[Step | None] = [self.driver, self.vfio, *(self.reboot or ()), self.uvm]
+        ordered: list[Step | None] = [self.vfio, self.driver, *(self.reboot or ()), self.uvm]
         for vmid in sorted(self.container_devices):
             ordered += [self.container_devices[vmid], self.container_userspace[vmid]]
         return [step for step in ordered if step is not None]
@@ -85,20 +85,21 @@ class ProxmoxHost(pulumi.ComponentResource):
         connection = connection_args(config.host, private_key)
         child = pulumi.ResourceOptions(parent=self)
 
-        reboot_sources = []
+        # vfio first: it frees the GPUs meant for nvidia, and the driver's installer loads its module only when
+        # there is a GPU left for it to take.
+        self.vfio = VfioBinding(f"{name}-vfio-binding", plan.vfio, connection, child)
+        reboot_sources = [self.vfio.reboot_required]
+        gate: pulumi.Resource = self.vfio.command
         self.driver = None
         if plan.driver is not None:
-            self.driver = NvidiaDriver(f"{name}-nvidia-driver", plan.driver, connection, child)
+            self.driver = NvidiaDriver(f"{name}-nvidia-driver", plan.driver, connection, child, depends_on=[gate])
             reboot_sources.append(self.driver.reboot_required)
-        self.vfio = VfioBinding(f"{name}-vfio-binding", plan.vfio, connection, child,
-                                depends_on=[self.driver.command] if self.driver else [])
-        reboot_sources.append(self.vfio.reboot_required)
-        gate: pulumi.Resource = self.vfio.command
+            gate = self.driver.command
 
         if plan.reboot is not None:
             reboot = HostReboot(f"{name}-reboot", plan.reboot, config, private_key,
-                                triggers=[s.digest for s in (plan.driver, plan.vfio) if s is not None],
-                                opts=child, depends_on=[self.vfio.command])
+                                triggers=[s.digest for s in (plan.vfio, plan.driver) if s is not None],
+                                opts=child, depends_on=[gate])
             gate = reboot.wait
 
         self.containers: dict[int, ContainerUserspace] = {}

@@ -46,8 +46,8 @@ def plan_vfio_binding(config: StackConfig) -> Step:
 
 class VfioBinding(pulumi.ComponentResource):
     def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs,
-                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpuhosts:host:VfioBinding", name, None, opts)
-        self.command = step_command(step, connection, self, depends_on or [])
+        self.command = step_command(step, connection, self)
         self.reboot_required = reboot_required(self.command)
         self.register_outputs({"rebootRequired": self.reboot_required})

@@ -43,7 +43,7 @@ def test_kpro5_summary_binds_exactly_the_3090s_and_gives_ct129_the_a6000s(tmp_pa
     assert {r["type"] for r in resources} >= {"gpuhosts:host:ProxmoxHost", "command:remote:Command"}
     assert all({"type", "name", "parent", "dependencies", "inputs"} <= set(r) for r in resources)
     commands = sorted(p.name for p in (tmp_path / "kpro5" / "hosts" / "kpro5" / "commands").iterdir())
-    assert commands == ["01-kpro5-nvidia-driver", "02-kpro5-vfio-binding", "03-kpro5-nvidia-uvm-at-boot",
+    assert commands == ["01-kpro5-vfio-binding", "02-kpro5-nvidia-driver", "03-kpro5-nvidia-uvm-at-boot",
                         "04-kpro5-ct129-gpu-devices", "05-kpro5-ct129-nvidia-userspace"]
 
 

@@ -19,9 +19,9 @@ EXPECTED = {
 }
 COMMANDS = {
     # command name: (parent component, component or command it must wait for)
-    "kpro5-nvidia-driver": ("kpro5-nvidia-driver", None),
-    "kpro5-vfio-binding": ("kpro5-vfio-binding", "kpro5-nvidia-driver"),
-    "kpro5-nvidia-uvm-at-boot": ("kpro5-lxc-gpu-passthrough", "kpro5-vfio-binding"),
+    "kpro5-vfio-binding": ("kpro5-vfio-binding", None),
+    "kpro5-nvidia-driver": ("kpro5-nvidia-driver", "kpro5-vfio-binding"),
+    "kpro5-nvidia-uvm-at-boot": ("kpro5-lxc-gpu-passthrough", "kpro5-nvidia-driver"),
     "kpro5-ct129-gpu-devices": ("kpro5-lxc-gpu-passthrough", "kpro5-nvidia-uvm-at-boot"),
     "kpro5-ct129-nvidia-userspace": ("kpro5-ct129-userspace", "kpro5-ct129-gpu-devices"),
 }
@@ -89,7 +89,7 @@ def test_allow_reboot_adds_a_waited_reboot_before_the_containers():
     settle = by_name(run, "kpro5-reboot-settle", "command:local:Command")
     assert settle.dependencies == [reboot.urn]
     assert sorted(wait.dependencies) == sorted([settle.urn, reboot.urn])
-    assert reboot.dependencies == [by_name(run, "kpro5-vfio-binding", "command:remote:Command").urn]
+    assert reboot.dependencies == [by_name(run, "kpro5-nvidia-driver", "command:remote:Command").urn]
     assert len(reboot.inputs["triggers"]) == 2
     passthrough = by_name(run, "kpro5-lxc-gpu-passthrough", "gpuhosts:host:LxcGpuPassthrough")
     uvm = by_name(run, "kpro5-nvidia-uvm-at-boot", "command:remote:Command")

@@ -17,13 +17,12 @@
    Guests that fail to start are listed in ``run/fakehost/boot.log``.
 """
 import os
-import re
 import shutil
 import tempfile
 import uuid
 from pathlib import Path
 
-from . import host_env, kernel, pve, systemd
+from . import kernel, pve, systemd
 from .system import ModprobeConf, boot_cmdline, modprobe, modules_list, parse_initrd, run_argv
 from .util import Fail, settings, write
 

@@ -1,5 +1,4 @@
 """Entry point of the stand-ins in bin/: the program name picks the command."""
-import os
 import sys
 
 from .util import run_main

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import TESTS, kernel
 from .system import dpkg_list
-from .util import Fail, container, kernel_release, root, run_main, tree, write
+from .util import Fail, container, kernel_release, root, run_main, write
 
 MANIFEST = "var/lib/nvidia/fakehost-manifest.json"
 KNOWN = {"-s", "--silent", "-a", "--accept-license", "-q", "--no-questions", "--ui=none", "--dkms", "--no-dkms",
@@ -71,7 +71,6 @@ def uninstall(r, quiet):
 
 
 def install(r, ver, opts):
-    t = tree()
     modules = not ({"--no-kernel-modules", "--no-kernel-module"} & opts)
     mtype = next((o.split("=", 1)[1] for o in opts if o.startswith("--kernel-module-type=")),
                  "open" if int(ver.split(".")[0]) >= 560 else "proprietary")
@@ -92,7 +91,7 @@ def install(r, ver, opts):
         load = "--skip-module-load" not in opts
         if kernel.is_loaded(r, "nvidia"):
             st = kernel.kstate(r)
-            held = st["persistenced"] or any(kernel.holders_of(r, a) for a, _ in kernel.nv_gpus(r))
+            held = st["persistenced"] or st["holders"] or any(kernel.holders_of(r, a) for a, _ in kernel.nv_gpus(r))
             if held:
                 raise Fail("ERROR: An NVIDIA kernel module 'nvidia' appears to already be loaded in your kernel.  "
                            "This may be because it is in use (for example, by an X server, a CUDA program, or the "

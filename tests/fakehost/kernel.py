@@ -325,7 +325,11 @@ def remove_module(r, mod):
     users = [m for m in st["modules"] if mod in MODULES.get(m, ((), None))[0]]
     drv = MODULES.get(mod, ((), None))[1]
     bound = [a for a in pci_devices(r) if drv and driver_of(r, a) == drv]
-    busy = users or (mod == "nvidia" and (any(holders_of(r, a) for a in bound) or st["persistenced"]))
+    # an open node pins its module: nvidia by /dev/nvidia* (GPUs, nvidiactl), nvidia_uvm by /dev/nvidia-uvm*
+    pins = {"nvidia": ("/dev/nvidia",), "nvidia_uvm": ("/dev/nvidia-uvm",)}.get(mod, ())
+    held = [h for h in st["holders"] if h["node"].startswith(pins) and not (
+        mod == "nvidia" and h["node"].startswith("/dev/nvidia-uvm"))] if pins else []
+    busy = users or held or (mod == "nvidia" and (any(holders_of(r, a) for a in bound) or st["persistenced"]))
     if busy or (drv == "vfio-pci" and any(running_vms_using(r, a) for a in bound)):
         raise Fail(f"modprobe: FATAL: Module {mod} is in use.")
     for a in bound:

@@ -3,7 +3,6 @@
 The tools the .run installer provides answer "command not found" until it installed them under the root.
 """
 import glob
-import os
 import re
 import sys
 

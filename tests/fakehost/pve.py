@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 from . import host_env, kernel
 from .util import Fail, root, write

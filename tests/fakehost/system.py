@@ -1,7 +1,6 @@
 """Host tools: modprobe, update-initramfs, proxmox-boot-tool, update-grub, apt-get/dpkg, uname."""
 import os
 import re
-import shlex
 import stat
 import subprocess
 import sys
@@ -102,18 +101,23 @@ def cmd_modprobe(argv):
 def map_program(r, prog: str) -> str:
     """An absolute program path names a stand-in when one exists, else the file inside the tree."""
     if prog.startswith("/"):
-        if (BIN / os.path.basename(prog)).exists():
+        if (BIN / os.path.basename(prog)).is_file():
             return str(BIN / os.path.basename(prog))
         if (r / prog.lstrip("/")).exists():
             return str(r / prog.lstrip("/"))
     return prog
 
 
+def _standin_paths(script: str) -> str:
+    """Inside a ``sh -c`` script only absolute program paths that a stand-in provides are rewritten."""
+    return re.sub(r"(?<![\w/.$-])/[\w.+/-]+", lambda m: str(BIN / os.path.basename(m.group(0)))
+                  if (BIN / os.path.basename(m.group(0))).is_file() else m.group(0), script)
+
+
 def run_argv(r, argv, env=None) -> int:
-    argv = [map_program(r, argv[0])] + [
-        re.sub(r"(?<![\w/.$-])(/[\w.+-]+(?:/[\w.+-]+)*)", lambda m: map_program(r, m.group(1)), a)
-        if os.path.basename(argv[0]) in ("sh", "bash") and i and argv[i - 1] == "-c" else a
-        for i, a in enumerate(argv) if i]
+    shell = os.path.basename(argv[0]) in ("sh", "bash")
+    argv = [map_program(r, argv[0])] + [_standin_paths(a) if shell and argv[i - 1] == "-c" else a
+                                        for i, a in enumerate(argv) if i]
     e = host_env(tree(), **({} if env is None else env))
     e["GPUHOSTS_HOST_ROOT"] = str(r)
     for k in ("FAKEHOST_TREE", "FAKEHOST_CONTAINER"):

@@ -52,8 +52,9 @@ def unit(r, name) -> dict:
 
 
 def wants_links(r, name):
-    base = r / "etc/systemd/system"
-    return sorted(p for p in base.glob(f"*.*/{name}") if p.parent.name.endswith((".wants", ".requires")))
+    # links point at absolute host paths: test with is_symlink, not exists
+    dirs = (r / "etc/systemd/system").glob("*.*")
+    return sorted(d / name for d in dirs if d.name.endswith((".wants", ".requires")) and (d / name).is_symlink())
 
 
 def is_active(r, name) -> bool:
@@ -77,7 +78,7 @@ def start(r, name) -> int:
             ignore = line.startswith("-")
             argv = shlex.split(line.lstrip("-@+!:"))
             if key == "Service.ExecStart" and typ not in ("oneshot", "forking") and not (
-                    BIN / os.path.basename(argv[0])).exists():
+                    BIN / os.path.basename(argv[0])).is_file():
                 continue  # a server: marked active, not run
             rc = run_argv(r, argv, env)
             if rc and not ignore:
@@ -113,9 +114,9 @@ def enable(r, name, quiet=False):
     targets = " ".join(u.get("Install.WantedBy", [])).split()
     req = " ".join(u.get("Install.RequiredBy", [])).split()
     if not targets and not req:
-        print(f"The unit files have no installation config (WantedBy=, RequiredBy=, Also=, Alias= settings in "
-              f"the [Install] section, and DefaultInstance= for template units). This means they are not meant "
-              f"to be enabled or disabled using systemctl.", file=sys.stderr)
+        print("The unit files have no installation config (WantedBy=, RequiredBy=, Also=, Alias= settings in "
+              "the [Install] section, and DefaultInstance= for template units). This means they are not meant "
+              "to be enabled or disabled using systemctl.", file=sys.stderr)
         return
     src = "/" + find_unit(r, name).relative_to(r).as_posix()
     for t, kind in [(t, "wants") for t in targets] + [(t, "requires") for t in req]:
@@ -135,8 +136,8 @@ def disable(r, name, quiet=False):
 
 
 def enabled_units(r) -> list:
-    base = r / "etc/systemd/system"
-    names = {p.name for p in base.glob("*.*/*") if p.parent.name.endswith((".wants", ".requires"))}
+    dirs = [d for d in (r / "etc/systemd/system").glob("*.*") if d.name.endswith((".wants", ".requires"))]
+    names = {p.name for d in dirs for p in d.iterdir()}
     return sorted(n for n in names if n.endswith(".service") and find_unit(r, n))
 
 

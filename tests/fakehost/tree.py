@@ -20,6 +20,9 @@ VMS = ((101, "win-3090", "0000:01:00", True), (102, "cad-3090", "0000:21:00.0", 
 HOST_PACKAGES = ("bash", "coreutils", "curl", "grub-common", "initramfs-tools", "kmod", "lxc-pve", "proxmox-ve",
                  "proxmox-default-kernel", "proxmox-kernel-helper", "pve-container", "pve-manager", "qemu-server",
                  "systemd", "wget", "zfsutils-linux")
+FHS_DIRS = ("etc/default/grub.d", "etc/systemd/system", "lib/modprobe.d", "lib/systemd/system", "opt", "root", "tmp",
+            "usr/bin", "usr/lib/x86_64-linux-gnu", "usr/lib/modprobe.d", "usr/local/bin", "usr/local/lib",
+            "usr/local/sbin", "usr/sbin", "usr/src", "var/cache", "var/lib", "var/log", "var/tmp")
 CT_PACKAGES = ("bash", "ca-certificates", "coreutils", "curl", "debian-archive-keyring", "python3", "systemd")
 GRUB_DEFAULT = """\
 # If you change this file, run 'update-grub' afterwards to update
@@ -101,6 +104,8 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
     (t / "sys/bus/pci/drivers").mkdir(parents=True, exist_ok=True)
     (t / "sys/module").mkdir(parents=True, exist_ok=True)
     (t / "dev").mkdir(exist_ok=True)
+    for d in FHS_DIRS:  # a real host has these; scripts' mkdir -p must not look like a change
+        (t / d).mkdir(parents=True, exist_ok=True)
 
     # configuration
     if vfio_ids:
@@ -162,7 +167,7 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
           'VERSION_ID="12"\nVERSION="12 (bookworm)"\nVERSION_CODENAME=bookworm\nID=debian\n')
     write(c / "srv/models/README", "Model weights live here (kept across driver changes).\n")
     write(c / "var/lib/fakehost/dpkg-installed", "".join(p + "\n" for p in CT_PACKAGES))
-    for d in ("tmp", "root", "usr/lib/x86_64-linux-gnu", "usr/bin", "etc/systemd/system"):
+    for d in FHS_DIRS:
         (c / d).mkdir(parents=True, exist_ok=True)
 
     boot.power_off(t)

@@ -159,6 +159,11 @@ if ! systemctl is-enabled --quiet gpuhosts-nvidia-uvm.service || ! systemctl is-
   systemctl enable --now gpuhosts-nvidia-uvm.service
   note_change "enabled gpuhosts-nvidia-uvm.service"
 fi
+# The nodes go away with the module (a driver upgrade unloads it); the oneshot unit then stays "active".
+if [ ! -e "$root/dev/nvidia-uvm" ] || [ ! -e "$root/dev/nvidia-uvm-tools" ]; then
+  systemctl restart gpuhosts-nvidia-uvm.service
+  note_change "recreated /dev/nvidia-uvm"
+fi
 for node in /dev/nvidia-uvm /dev/nvidia-uvm-tools; do
   [ -e "$root$node" ] || refuse "$node is missing after starting gpuhosts-nvidia-uvm.service: is the nvidia module loaded (cat /proc/driver/nvidia/version)?"
 done

@@ -168,7 +168,10 @@ if [ -f "$state" ] && grep -qx 'previous_userspace=' "$state" && [ "$(userspace_
   done
 fi
 
-packages="$(sed -n 's/^installed_packages=//p' "$state" 2>/dev/null | tr '\n' ' ')"
+packages=""
+if [ -f "$state" ]; then
+  packages="$(sed -n 's/^installed_packages=//p' "$state" | tr '\n' ' ')"
+fi
 if [ -n "${packages// /}" ]; then
   read -r -a package_list <<<"$packages"
   DEBIAN_FRONTEND=noninteractive apt-get remove -y "${package_list[@]}"

@@ -209,11 +209,15 @@ done
 
 # --- check: which functions must move, and is it safe ------------------------------------------------------
 to_vfio=()
+to_mark=()
 to_release=()
 for slot in "${vfio_slots[@]}"; do
   while read -r function; do
-    if [ "$(pci_driver "$function")" != vfio-pci ] || [ "$(driver_override "$function")" != vfio-pci ]; then
+    if [ "$(pci_driver "$function")" != vfio-pci ]; then
       to_vfio+=("$function")
+    elif [ "$(driver_override "$function")" != vfio-pci ]; then
+      # Already on vfio-pci (perhaps in a running VM): only the override is recorded, nothing is unbound.
+      to_mark+=("$function")
     fi
   done < <(slot_functions "$slot")
 done
@@ -352,9 +356,19 @@ done
 if [ "${#to_vfio[@]}" -gt 0 ] && [ ! -d "$root/sys/module/vfio_pci" ]; then
   modprobe vfio-pci
 fi
+for function in "${to_mark[@]}"; do
+  sysfs_write "/sys/bus/pci/devices/$function/driver_override" vfio-pci
+  note_change "marked $function for vfio-pci"
+done
 for function in "${to_vfio[@]}"; do
   rebind "$function" vfio-pci
   note_change "bound $function to vfio-pci"
+done
+# A loaded `ids=` option lives on as vfio-pci's dynamic ids; they would take the GPU straight back.
+for function in "${to_release[@]}"; do
+  dev="$root/sys/bus/pci/devices/$function"
+  id="$(sed 's/^0x//' "$dev/vendor") $(sed 's/^0x//' "$dev/device")"
+  sysfs_write /sys/bus/pci/drivers/vfio-pci/remove_id "$id" 2>/dev/null || true
 done
 for function in "${to_release[@]}"; do
   rebind "$function" ""
@@ -369,8 +383,10 @@ for slot in "${vfio_slots[@]}"; do
 done
 for slot in "${nvidia_slots[@]}"; do
   driver="$(pci_driver "$slot.0")"
-  if [ "$driver" != nvidia ]; then
-    say "$slot.0 is on '${driver:-no driver}'; nvidia takes it at the next boot"
+  if [ "$driver" = vfio-pci ]; then
+    refuse "$slot.0 is still on vfio-pci after releasing it"
+  elif [ -z "$driver" ] && [ -d "$root/sys/module/nvidia" ]; then
+    say "$slot.0 has no driver although nvidia is loaded; it binds at the next boot"
     reboot_required=1
   fi
 done

@@ -144,9 +144,52 @@ sha256=5d3fbb2b2a2bd9b3d0a6c3a9b1bd8e1f8b7ad0b7e0b1c3f6f1f1c8d5a9e6b7c4
 cache="$root/var/cache/gpuhosts"
 state="$state_dir/nvidia-driver.state"
 
+gpus=(0000:41:00.0 0000:61:00.0)
 loaded="$(module_version)"
 installed="$(userspace_version)"
 say "wanted $version ($module_type); loaded module: ${loaded:-none}; installed user space: ${installed:-none}"
+
+if [ "$installed" != "$version" ] && [ -n "$loaded" ] && [ "$loaded" != "$version" ]; then
+  # The installer will not replace a loaded module. Unloading works only while nothing but our own persistence
+  # daemon uses a GPU; that one is stopped first and started again if the upgrade has to wait.
+  persistenced_was_active=0
+  if systemctl is-active --quiet gpuhosts-nvidia-persistenced.service; then
+    persistenced_was_active=1
+    systemctl stop gpuhosts-nvidia-persistenced.service
+  fi
+  for node in "$root"/dev/nvidia[0-9]* "$root/dev/nvidiactl" "$root/dev/nvidia-uvm"; do
+    if [ -e "$node" ] && fuser -s "$node" 2>/dev/null; then
+      [ "$persistenced_was_active" = 0 ] || systemctl start gpuhosts-nvidia-persistenced.service
+      refuse "nvidia $loaded is loaded and in use (${node#"$root"}: $(fuser -v "$node" 2>&1 | tail -n +2 | tr -s ' \n' ' ')), \
+so $version cannot replace it now: stop the containers and processes using the GPUs, or reboot, and run again"
+    fi
+  done
+  for module in nvidia_uvm nvidia_drm nvidia_modeset nvidia; do
+    if [ -d "$root/sys/module/$module" ] && ! modprobe -r "$module"; then
+      [ "$persistenced_was_active" = 0 ] || systemctl start gpuhosts-nvidia-persistenced.service
+      refuse "nvidia $loaded is loaded and in use ($module), so $version cannot replace it now: stop what uses the \
+GPUs (fuser -v /dev/nvidia*), or reboot, and run again"
+    fi
+  done
+  note_change "unloaded nvidia $loaded"
+fi
+
+# nouveau first: while it holds a GPU the installer cannot load its module.
+install_file /etc/modprobe.d/gpuhosts-nouveau.conf 0644 <<'GPUHOSTS_EOF'
+# managed by gpuhosts — nouveau would claim the GPUs before the NVIDIA driver.
+blacklist nouveau
+options nouveau modeset=0
+GPUHOSTS_EOF
+if [ "$file_changed" = 1 ]; then
+  update-initramfs -u -k all
+  reboot_required=1
+fi
+if [ -d "$root/sys/module/nouveau" ] && ! modprobe -r nouveau; then
+  say "nouveau is loaded and in use; the driver installs after a reboot"
+  reboot_required=1
+  finish
+  exit 0
+fi
 
 if [ "$installed" != "$version" ]; then
   kernel="$(uname -r)"
@@ -180,20 +223,10 @@ if [ "$installed" != "$version" ]; then
   note_change "installed NVIDIA driver $version ($module_type kernel module, DKMS)"
 fi
 
-install_file /etc/modprobe.d/gpuhosts-nouveau.conf 0644 <<'GPUHOSTS_EOF'
-# managed by gpuhosts — nouveau would claim the GPUs before the NVIDIA driver 580.126.09.
-blacklist nouveau
-options nouveau modeset=0
-GPUHOSTS_EOF
-if [ "$file_changed" = 1 ]; then
-  update-initramfs -u -k all
-  reboot_required=1
-fi
-
 install_file /etc/systemd/system/gpuhosts-nvidia-persistenced.service 0644 <<'GPUHOSTS_EOF'
 # managed by gpuhosts — the .run installer ships nvidia-persistenced but no enabled unit.
 [Unit]
-Description=NVIDIA persistence daemon (driver 580.126.09)
+Description=NVIDIA persistence daemon
 After=systemd-modules-load.service
 
 [Service]
@@ -220,4 +253,11 @@ if [ "$loaded" != "$version" ]; then
   say "the loaded module is ${loaded:-none}; $version takes over at the next boot"
   reboot_required=1
 fi
+for address in "${gpus[@]}"; do
+  driver="$(pci_driver "$address")"
+  if [ "$driver" != nvidia ]; then
+    say "GPU $address is on '${driver:-no driver}'; nvidia takes it at the next boot"
+    reboot_required=1
+  fi
+done
 finish

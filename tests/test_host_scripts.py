@@ -1,0 +1,235 @@
+"""The rendered scripts, executed against a simulated kpro5 (tests/fakehost): converge, idempotence, teardown, refusals.
+
+The start state is the seed's: all four GPUs on vfio-pci through a hand-made `options vfio-pci ids=…`, no NVIDIA
+driver, CT 129 running without GPUs, VM 101 running with the first RTX 3090.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from components.proxmox_host import plan_host
+from conftest import kpro5_values
+from fakehost import host_env
+from fakehost import kernel
+from fakehost.installer import make_fake_run
+from fakehost.tree import seed_kpro5, tree_digest
+from gpuhosts.config import validate_stack
+from gpuhosts.render import Step
+
+VERSION = "580.126.09"
+A6000 = ("0000:41:00.0", "0000:61:00.0")
+RTX3090_FUNCTIONS = ("0000:01:00.0", "0000:01:00.1", "0000:21:00.0", "0000:21:00.1")
+
+
+@dataclass
+class Host:
+    tree: Path
+    run_file: Path
+    sha256: str
+
+    def values(self) -> dict:
+        values = kpro5_values()
+        values["nvidia"].update(url=f"file://{self.run_file}", sha256=self.sha256)
+        return values
+
+    def steps(self, values: dict | None = None) -> list[Step]:
+        return plan_host(validate_stack(values or self.values())).steps
+
+    def run(self, script: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=host_env(self.tree),
+                              timeout=120)
+
+    def apply(self, step: Step, operation: str = "create") -> str:
+        result = self.run(getattr(step, operation))
+        assert result.returncode == 0, f"{step.name} {operation} failed:\n{result.stdout}\n{result.stderr}"
+        return result.stdout
+
+    def up(self, values: dict | None = None) -> dict[str, str]:
+        return {step.name: self.apply(step) for step in self.steps(values)}
+
+    def destroy(self, values: dict | None = None) -> dict[str, str]:
+        return {step.name: self.apply(step, "delete") for step in reversed(self.steps(values))}
+
+    def digest(self) -> str:
+        return tree_digest(self.tree)
+
+    def driver(self, address: str) -> str:
+        link = self.tree / "sys/bus/pci/devices" / address / "driver"
+        return link.resolve().name if link.is_symlink() else ""
+
+    def text(self, path: str) -> str:
+        return (self.tree / path.lstrip("/")).read_text()
+
+    def container_devices(self, vmid: int = 129) -> list[str]:
+        return [line.split(": ", 1)[1].split(",")[0] for line in self.text(f"/etc/pve/lxc/{vmid}.conf").splitlines()
+                if line.startswith("dev") and ": " in line and line.split(":")[0][3:].isdigit()]
+
+    def smi_in_container(self, vmid: int = 129) -> subprocess.CompletedProcess:
+        return subprocess.run(["pct", "exec", str(vmid), "--", "nvidia-smi", "--query-gpu=pci.bus_id,driver_version",
+                               "--format=csv,noheader"], capture_output=True, text=True, env=host_env(self.tree))
+
+
+@pytest.fixture
+def host(tmp_path) -> Host:
+    tree = seed_kpro5(tmp_path / "kpro5")
+    run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    sha256 = make_fake_run(run_file, VERSION)
+    return Host(tree, run_file, sha256)
+
+
+def test_up_from_the_seed_reaches_the_kpro5_state(host):
+    outputs = host.up()
+    for function in RTX3090_FUNCTIONS:
+        assert host.driver(function) == "vfio-pci", function
+    for address in A6000:
+        assert host.driver(address) == "nvidia", address
+    assert host.text("/sys/module/nvidia/version").strip() == VERSION
+
+    minors = {a: host.text(f"/proc/driver/nvidia/gpus/{a}/information").split("Device Minor:")[1].split()[0] for a in A6000}
+    assert sorted(host.container_devices()) == sorted(
+        [f"/dev/nvidia{m}" for m in minors.values()] + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+    assert (host.tree / "var/lib/lxc/129/rootfs/usr/lib/x86_64-linux-gnu" / f"libnvidia-ml.so.{VERSION}").exists()
+    smi = host.smi_in_container()
+    assert smi.returncode == 0, smi.stderr
+    assert sorted(smi.stdout.split()) == sorted(["00000000:41:00.0,", "00000000:61:00.0,", VERSION, VERSION])
+
+    assert "iommu=pt" in host.text("/etc/kernel/cmdline")
+    assert host.text("/etc/modprobe.d/vfio.conf").startswith("# gpuhosts: vfio-pci binds by PCI address now")
+    assert "blacklist nouveau" in host.text("/etc/modprobe.d/gpuhosts-nouveau.conf")
+    assert all(out.rstrip().endswith("done: changed") for out in outputs.values()), outputs
+    assert "reboot required" in outputs["kpro5-vfio-binding"]
+
+
+def test_second_up_changes_nothing(host):
+    host.up()
+    before = host.digest()
+    outputs = host.up()
+    assert all(out.rstrip().endswith("done: no change") for out in outputs.values()), outputs
+    assert host.digest() == before
+
+
+def test_destroy_restores_the_start_and_keeps_the_container_disk(host):
+    start = host.digest()
+    model = host.tree / "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json"
+    model.parent.mkdir(parents=True, exist_ok=True)
+    model.write_text('{"num_hidden_layers": 64}\n')
+    start_with_model = host.digest()
+    assert start_with_model != start
+    host.up()
+    host.destroy()
+    assert model.read_text() == '{"num_hidden_layers": 64}\n'
+    assert host.digest() == start_with_model
+    for function in RTX3090_FUNCTIONS + A6000:
+        assert host.driver(function) == "vfio-pci", function
+
+
+def test_destroy_twice_is_harmless(host):
+    host.up()
+    host.destroy()
+    after = host.digest()
+    outputs = host.destroy()
+    assert all(out.rstrip().endswith("done: no change") for out in outputs.values()), outputs
+    assert host.digest() == after
+
+
+def refused(host: Host, step: Step, words: str, operation: str = "create") -> None:
+    before = host.digest()
+    result = host.run(getattr(step, operation))
+    assert result.returncode != 0, f"{step.name} should refuse:\n{result.stdout}"
+    assert "refused:" in result.stderr and words in result.stderr, result.stderr
+    assert host.digest() == before, f"{step.name} changed the host while refusing"
+
+
+def step_named(steps: list[Step], suffix: str) -> Step:
+    return next(s for s in steps if s.name.endswith(suffix))
+
+
+def test_refuses_to_take_a_gpu_from_a_running_vm(tmp_path):
+    tree = seed_kpro5(tmp_path / "kpro5", vms=((101, "win-3090", "0000:01:00", True), (103, "a6000-vm", "0000:41:00", True)))
+    run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    host = Host(tree, run_file, make_fake_run(run_file, VERSION))
+    refused(host, step_named(host.steps(), "vfio-binding"), "VM 103 is running with 0000:41:00 passed through")
+
+
+def moved_to_vfio(host: Host) -> dict:
+    values = host.values()
+    values["gpus"][3] = {"address": "0000:61:00.0", "model": "RTX A6000", "use": "vfio"}
+    return values
+
+
+def test_refuses_to_unbind_a_gpu_a_process_holds(host):
+    host.up()
+    minor = host.text("/proc/driver/nvidia/gpus/0000:61:00.0/information").split("Device Minor:")[1].split()[0]
+    kernel.hold(host.tree, f"/dev/nvidia{minor}", command="python3", compute=True, container=129)
+    refused(host, step_named(host.steps(moved_to_vfio(host)), "vfio-binding"), "holds /dev/nvidia")
+
+
+def test_refuses_to_unbind_a_gpu_persistence_mode_keeps(host, tmp_path):
+    host.up()
+    kernel.set_persistence(host.tree, "0000:61:00.0", "Enabled")
+    # A daemon that turns persistence straight back on: `nvidia-smi -pm 0` does not stick.
+    sticky = tmp_path / "sticky-bin"
+    sticky.mkdir()
+    real = subprocess.run(["bash", "-c", "command -v nvidia-smi"], capture_output=True, text=True,
+                          env=host_env(host.tree)).stdout.strip()
+    (sticky / "nvidia-smi").write_text(f'#!/bin/bash\nfor a in "$@"; do [ "$a" = -pm ] && exit 0; done\nexec {real} "$@"\n')
+    (sticky / "nvidia-smi").chmod(0o755)
+    step = step_named(host.steps(moved_to_vfio(host)), "vfio-binding")
+    before = host.digest()
+    env = host_env(host.tree)
+    env["PATH"] = f"{sticky}:{env['PATH']}"
+    result = subprocess.run(["bash", "-c", step.create], capture_output=True, text=True, env=env)
+    assert result.returncode != 0 and "persistence mode holds GPU 0000:61:00.0" in result.stderr, result.stderr
+    assert host.digest() == before
+
+
+def test_persistence_that_can_be_released_is_released_and_the_gpu_moves(host):
+    host.up()
+    kernel.set_persistence(host.tree, "0000:61:00.0", "Enabled")
+    values = moved_to_vfio(host)
+    for step in host.steps(values):
+        host.apply(step)
+    assert host.driver("0000:61:00.0") == "vfio-pci" and host.driver("0000:61:00.1") == "vfio-pci"
+    assert host.driver("0000:41:00.0") == "nvidia"
+    assert "/dev/nvidia-uvm" in host.container_devices()
+    assert len([d for d in host.container_devices() if d[len("/dev/nvidia"):].isdigit()]) == 1
+
+
+def older_driver(host: Host, version: str = "570.148.08") -> dict:
+    values = host.values()
+    run_file = host.run_file.with_name(f"NVIDIA-Linux-x86_64-{version}.run")
+    values["nvidia"].update(version=version, url=f"file://{run_file}", sha256=make_fake_run(run_file, version))
+    return values
+
+
+def test_a_new_driver_version_upgrades_host_and_container_together(host):
+    host.up(older_driver(host))
+    assert host.text("/sys/module/nvidia/version").strip() == "570.148.08"
+    host.up()
+    assert host.text("/sys/module/nvidia/version").strip() == VERSION
+    smi = host.smi_in_container()
+    assert smi.returncode == 0 and smi.stdout.count(VERSION) == 2, smi.stdout + smi.stderr
+
+
+def test_driver_upgrade_refused_while_a_gpu_is_in_use(host):
+    host.up(older_driver(host))
+    minor = host.text("/proc/driver/nvidia/gpus/0000:41:00.0/information").split("Device Minor:")[1].split()[0]
+    kernel.hold(host.tree, f"/dev/nvidia{minor}", command="sglang", compute=True, container=129)
+    refused(host, step_named(host.steps(), "nvidia-driver"), "is loaded and in use")
+
+
+def test_container_user_space_refused_when_the_host_module_differs(host):
+    host.up(older_driver(host))
+    refused(host, step_named(host.steps(), "ct129-nvidia-userspace"), "Driver/library version mismatch")
+
+
+def test_container_devices_refused_without_nvidia_uvm(host):
+    steps = host.steps()
+    for step in steps[:2]:
+        host.apply(step)
+    refused(host, step_named(steps, "ct129-gpu-devices"), "/dev/nvidia-uvm is missing")
