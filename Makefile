@@ -27,7 +27,7 @@ system-deps:
 	@command -v shellcheck >/dev/null || { apt-get update -qq && apt-get install -y -qq shellcheck; }
 
 test: $(VENV)/.synced system-deps
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
 
 golden: $(VENV)/.synced
 	GPUHOSTS_UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/test_golden.py

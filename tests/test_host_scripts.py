@@ -6,6 +6,7 @@ driver, CT 129 running without GPUs, VM 101 running with the first RTX 3090.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,26 @@ def host(tmp_path) -> Host:
     return Host(tree, run_file, sha256)
 
 
+@pytest.fixture(scope="module")
+def converged_template(tmp_path_factory) -> tuple[Host, str, str]:
+    """One converge from the seed, shared by the tests that start where it ends: (host, start digest, after up)."""
+    root = tmp_path_factory.mktemp("converged")
+    tree = seed_kpro5(root / "kpro5")
+    run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    host = Host(tree, run_file, make_fake_run(run_file, VERSION))
+    start = host.digest()
+    host.up()
+    return host, start, host.digest()
+
+
+@pytest.fixture
+def converged(converged_template, tmp_path) -> Host:
+    """A private copy of the converged kpro5, so each test may change it."""
+    template, _start, _after = converged_template
+    shutil.copytree(template.tree, tmp_path / "kpro5", symlinks=True)
+    return Host(tmp_path / "kpro5", template.run_file, template.sha256)
+
+
 def test_up_from_the_seed_reaches_the_kpro5_state(host):
     outputs = host.up()
     for function in RTX3090_FUNCTIONS:
@@ -105,36 +126,34 @@ def test_up_from_the_seed_reaches_the_kpro5_state(host):
     assert "reboot required" in outputs["kpro5-vfio-binding"]
 
 
-def test_second_up_changes_nothing(host):
-    host.up()
-    before = host.digest()
-    outputs = host.up()
+def test_second_up_changes_nothing(converged):
+    before = converged.digest()
+    outputs = converged.up()
     assert all(out.rstrip().endswith("done: no change") for out in outputs.values()), outputs
-    assert host.digest() == before
+    assert converged.digest() == before
 
 
-def test_destroy_restores_the_start_and_keeps_the_container_disk(host):
-    start = host.digest()
-    model = host.tree / "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json"
+def test_the_copied_host_is_the_converged_one(converged_template, converged):
+    _template, start, after = converged_template
+    assert converged.digest() == after != start
+
+
+def test_destroy_restores_the_start_keeps_the_container_disk_and_is_harmless_twice(converged_template, converged):
+    _template, start, _after = converged_template
+    model = converged.tree / "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json"
     model.parent.mkdir(parents=True, exist_ok=True)
     model.write_text('{"num_hidden_layers": 64}\n')
-    start_with_model = host.digest()
-    assert start_with_model != start
-    host.up()
-    host.destroy()
+    converged.destroy()
     assert model.read_text() == '{"num_hidden_layers": 64}\n'
-    assert host.digest() == start_with_model
+    model.unlink()
+    model.parent.rmdir()
+    assert converged.digest() == start
     for function in RTX3090_FUNCTIONS + A6000:
-        assert host.driver(function) == "vfio-pci", function
+        assert converged.driver(function) == "vfio-pci", function
 
-
-def test_destroy_twice_is_harmless(host):
-    host.up()
-    host.destroy()
-    after = host.digest()
-    outputs = host.destroy()
+    outputs = converged.destroy()
     assert all(out.rstrip().endswith("done: no change") for out in outputs.values()), outputs
-    assert host.digest() == after
+    assert converged.digest() == start
 
 
 def refused(host: Host, step: Step, words: str, operation: str = "create") -> None:
@@ -162,15 +181,15 @@ def moved_to_vfio(host: Host) -> dict:
     return values
 
 
-def test_refuses_to_unbind_a_gpu_a_process_holds(host):
-    host.up()
+def test_refuses_to_unbind_a_gpu_a_process_holds(converged):
+    host = converged
     minor = host.text("/proc/driver/nvidia/gpus/0000:61:00.0/information").split("Device Minor:")[1].split()[0]
     kernel.hold(host.tree, f"/dev/nvidia{minor}", command="python3", compute=True, container=129)
     refused(host, step_named(host.steps(moved_to_vfio(host)), "vfio-binding"), "holds /dev/nvidia")
 
 
-def test_refuses_to_unbind_a_gpu_persistence_mode_keeps(host, tmp_path):
-    host.up()
+def test_refuses_to_unbind_a_gpu_persistence_mode_keeps(converged, tmp_path):
+    host = converged
     kernel.set_persistence(host.tree, "0000:61:00.0", "Enabled")
     # A daemon that turns persistence straight back on: `nvidia-smi -pm 0` does not stick.
     sticky = tmp_path / "sticky-bin"
@@ -188,8 +207,8 @@ def test_refuses_to_unbind_a_gpu_persistence_mode_keeps(host, tmp_path):
     assert host.digest() == before
 
 
-def test_persistence_that_can_be_released_is_released_and_the_gpu_moves(host):
-    host.up()
+def test_persistence_that_can_be_released_is_released_and_the_gpu_moves(converged):
+    host = converged
     kernel.set_persistence(host.tree, "0000:61:00.0", "Enabled")
     values = moved_to_vfio(host)
     for step in host.steps(values):
