@@ -22,9 +22,10 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 plan: $(VENV)/.synced
 	$(VENV)/bin/gpuhosts plan $(STACK) --out build/plan/$(STACK)
 
-# shellcheck validates every rendered script; apt-get only runs where it is missing.
+# shellcheck and systemd-analyze validate what gpuhosts renders; apt-get only runs where one is missing.
 system-deps:
-	@command -v shellcheck >/dev/null || { apt-get update -qq && apt-get install -y -qq shellcheck; }
+	@command -v shellcheck >/dev/null && command -v systemd-analyze >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd; }
 
 test: $(VENV)/.synced system-deps
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile

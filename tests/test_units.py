@@ -1,0 +1,60 @@
+"""`systemd-analyze verify` on every systemd unit the stacks install, in a scratch root.
+
+The scratch root carries the system's own unit files (targets named in [Install]/Before=) and an executable
+stand-in at every absolute path a unit runs, since those binaries come with the NVIDIA driver on the host.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import kpro5_values
+from components.proxmox_host import plan_host
+from gpuhosts.config import validate_stack
+
+SYSTEM_UNITS = Path("/usr/lib/systemd/system")
+
+
+def units():
+    files = [f for step in plan_host(validate_stack(kpro5_values())).steps for f in step.files]
+    return [pytest.param(f, id=f.path) for f in files if f.path.endswith(".service")]
+
+
+def verify(root: Path, unit: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["systemd-analyze", "verify", f"--root={root}", str(unit)], capture_output=True, text=True)
+
+
+@pytest.fixture
+def scratch_root(tmp_path) -> Path:
+    assert shutil.which("systemd-analyze"), "systemd-analyze is missing: `make system-deps` installs it"
+    shutil.copytree(SYSTEM_UNITS, tmp_path / "usr/lib/systemd/system", symlinks=True)
+    return tmp_path
+
+
+def place(root: Path, path: str, content: str) -> Path:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content)
+    for command in re.findall(r"^Exec\w*=[-@!+]*(/\S+)", content, flags=re.M):
+        stand_in = root / command.lstrip("/")
+        stand_in.parent.mkdir(parents=True, exist_ok=True)
+        stand_in.write_text("#!/bin/sh\n")
+        stand_in.chmod(0o755)
+    return target
+
+
+@pytest.mark.parametrize("unit", units())
+def test_unit_verifies_clean(unit, scratch_root):
+    result = verify(scratch_root, place(scratch_root, unit.path, unit.content))
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_verify_catches_a_broken_unit(scratch_root):
+    """The check above can fail: a misspelt key is reported."""
+    broken = place(scratch_root, "/etc/systemd/system/broken.service", "[Service]\nTyp=oneshot\nExecStart=/usr/bin/x\n")
+    assert "Unknown key 'Typ'" in verify(scratch_root, broken).stderr
