@@ -252,3 +252,17 @@ def test_container_devices_refused_without_nvidia_uvm(host):
     for step in steps[:2]:
         host.apply(step)
     refused(host, step_named(steps, "ct129-gpu-devices"), "/dev/nvidia-uvm is missing")
+
+
+def test_grub_host_gets_the_kernel_arguments_and_gets_them_back(tmp_path):
+    tree = seed_kpro5(tmp_path / "kpro5", bootloader="grub")
+    run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    host = Host(tree, run_file, make_fake_run(run_file, VERSION))
+    values = host.values()
+    values["host"].update(bootloader="grub", kernelArgs=["iommu=pt", "intel_iommu=on"])
+    start = host.digest()
+    host.up(values)
+    assert 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt intel_iommu=on"' in host.text("/etc/default/grub")
+    assert "iommu=pt intel_iommu=on" in host.text("/boot/grub/grub.cfg")
+    host.destroy(values)
+    assert host.digest() == start

@@ -193,6 +193,30 @@ rebind() {
   sysfs_write /sys/bus/pci/drivers_probe "$function"
 }
 
+# kernel_cmdline — the kernel arguments the boot loader will pass (systemd-boot: /etc/kernel/cmdline; grub: the
+# GRUB_CMDLINE_LINUX_DEFAULT line).
+kernel_cmdline() {
+  if [ "$bootloader" = systemd-boot ]; then
+    cat "$root/etc/kernel/cmdline"
+  else
+    grep -q '^GRUB_CMDLINE_LINUX_DEFAULT="' "$root/etc/default/grub" \
+      || refuse "/etc/default/grub has no GRUB_CMDLINE_LINUX_DEFAULT=\"…\" line to edit"
+    sed -nE 's/^GRUB_CMDLINE_LINUX_DEFAULT="(.*)"$/\1/p' "$root/etc/default/grub"
+  fi
+}
+
+# set_kernel_cmdline ARGS — write them where kernel_cmdline read them and refresh the boot loader.
+set_kernel_cmdline() {
+  if [ "$bootloader" = systemd-boot ]; then
+    install_file /etc/kernel/cmdline 0644 < <(printf '%s\n' "$1")
+    proxmox-boot-tool refresh
+  else
+    install_file /etc/default/grub 0644 < <(
+      awk -v line="GRUB_CMDLINE_LINUX_DEFAULT=\"$1\"" '/^GRUB_CMDLINE_LINUX_DEFAULT="/ {print line; next} {print}' "$root/etc/default/grub")
+    update-grub
+  fi
+}
+
 bootloader=systemd-boot
 vfio_slots=(0000:01:00 0000:21:00)
 nvidia_slots=(0000:41:00 0000:61:00)
@@ -318,13 +342,7 @@ if [ "$initramfs_stale" = 1 ]; then
 fi
 
 # --- act: IOMMU kernel arguments ---------------------------------------------------------------------------
-if [ "$bootloader" = systemd-boot ]; then
-  current="$(cat "$root/etc/kernel/cmdline")"
-else
-  grep -q '^GRUB_CMDLINE_LINUX_DEFAULT="' "$root/etc/default/grub" \
-    || refuse "/etc/default/grub has no GRUB_CMDLINE_LINUX_DEFAULT=\"…\" line to extend"
-  current="$(sed -nE 's/^GRUB_CMDLINE_LINUX_DEFAULT="(.*)"$/\1/p' "$root/etc/default/grub")"
-fi
+current="$(kernel_cmdline)"
 wanted="$current"
 for arg in "${kernel_args[@]}"; do
   case " $current " in
@@ -336,14 +354,7 @@ for arg in "${kernel_args[@]}"; do
   esac
 done
 if [ "$wanted" != "$current" ]; then
-  if [ "$bootloader" = systemd-boot ]; then
-    install_file /etc/kernel/cmdline 0644 < <(printf '%s\n' "$wanted")
-    proxmox-boot-tool refresh
-  else
-    install_file /etc/default/grub 0644 < <(
-      awk -v line="GRUB_CMDLINE_LINUX_DEFAULT=\"$wanted\"" '/^GRUB_CMDLINE_LINUX_DEFAULT="/ {print line; next} {print}' "$root/etc/default/grub")
-    update-grub
-  fi
+  set_kernel_cmdline "$wanted"
 fi
 for arg in "${kernel_args[@]}"; do
   case " $(cat "$root/proc/cmdline") " in

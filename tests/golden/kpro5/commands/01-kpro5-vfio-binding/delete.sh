@@ -193,6 +193,30 @@ rebind() {
   sysfs_write /sys/bus/pci/drivers_probe "$function"
 }
 
+# kernel_cmdline — the kernel arguments the boot loader will pass (systemd-boot: /etc/kernel/cmdline; grub: the
+# GRUB_CMDLINE_LINUX_DEFAULT line).
+kernel_cmdline() {
+  if [ "$bootloader" = systemd-boot ]; then
+    cat "$root/etc/kernel/cmdline"
+  else
+    grep -q '^GRUB_CMDLINE_LINUX_DEFAULT="' "$root/etc/default/grub" \
+      || refuse "/etc/default/grub has no GRUB_CMDLINE_LINUX_DEFAULT=\"…\" line to edit"
+    sed -nE 's/^GRUB_CMDLINE_LINUX_DEFAULT="(.*)"$/\1/p' "$root/etc/default/grub"
+  fi
+}
+
+# set_kernel_cmdline ARGS — write them where kernel_cmdline read them and refresh the boot loader.
+set_kernel_cmdline() {
+  if [ "$bootloader" = systemd-boot ]; then
+    install_file /etc/kernel/cmdline 0644 < <(printf '%s\n' "$1")
+    proxmox-boot-tool refresh
+  else
+    install_file /etc/default/grub 0644 < <(
+      awk -v line="GRUB_CMDLINE_LINUX_DEFAULT=\"$1\"" '/^GRUB_CMDLINE_LINUX_DEFAULT="/ {print line; next} {print}' "$root/etc/default/grub")
+    update-grub
+  fi
+}
+
 bootloader=systemd-boot
 original="$state_dir/vfio-original.state"
 added_args="$state_dir/vfio-kernel-args.state"
@@ -238,24 +262,13 @@ if [ "$initramfs_stale" = 1 ]; then
 fi
 
 if [ -f "$added_args" ]; then
-  if [ "$bootloader" = systemd-boot ]; then
-    current="$(cat "$root/etc/kernel/cmdline")"
-  else
-    current="$(sed -nE 's/^GRUB_CMDLINE_LINUX_DEFAULT="(.*)"$/\1/p' "$root/etc/default/grub")"
-  fi
+  current="$(kernel_cmdline)"
   kept=""
   for arg in $current; do
     grep -qxF "$arg" "$added_args" || kept="${kept:+$kept }$arg"
   done
   if [ "$kept" != "$current" ]; then
-    if [ "$bootloader" = systemd-boot ]; then
-      install_file /etc/kernel/cmdline 0644 < <(printf '%s\n' "$kept")
-      proxmox-boot-tool refresh
-    else
-      install_file /etc/default/grub 0644 < <(
-        awk -v line="GRUB_CMDLINE_LINUX_DEFAULT=\"$kept\"" '/^GRUB_CMDLINE_LINUX_DEFAULT="/ {print line; next} {print}' "$root/etc/default/grub")
-      update-grub
-    fi
+    set_kernel_cmdline "$kept"
     reboot_required=1
   fi
   rm -f "$added_args"
