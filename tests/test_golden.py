@@ -46,7 +46,7 @@ def test_installed_files_carry_the_managed_header(rendered):
 
 def test_vfio_files_bind_exactly_the_two_3090_slots(rendered):
     override = (rendered / "usr/local/lib/gpuhosts/vfio-override.sh").read_text()
-    assert "/sys/bus/pci/devices/0000:01:00.* /sys/bus/pci/devices/0000:21:00.*" in override
+    assert '"$root"/sys/bus/pci/devices/0000:01:00.* "$root"/sys/bus/pci/devices/0000:21:00.*' in override
     assert "0000:41" not in override and "0000:61" not in override
     modprobe = (rendered / "etc/modprobe.d/gpuhosts-vfio.conf").read_text()
     assert "ids=" not in modprobe.replace("by device id", ""), "binding must be by address, never by device id"

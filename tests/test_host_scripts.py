@@ -266,3 +266,19 @@ def test_grub_host_gets_the_kernel_arguments_and_gets_them_back(tmp_path):
     assert "iommu=pt intel_iommu=on" in host.text("/boot/grub/grub.cfg")
     host.destroy(values)
     assert host.digest() == start
+
+
+def test_the_kpro5_state_survives_a_reboot(converged):
+    """The boot-time half: modprobe.d hook and softdeps, modules-load.d, the uvm unit, onboot guests."""
+    boot = subprocess.run(["reboot"], capture_output=True, text=True, env=host_env(converged.tree))
+    assert boot.returncode == 0, boot.stderr
+    for function in RTX3090_FUNCTIONS:
+        assert converged.driver(function) == "vfio-pci", function
+    for address in A6000:
+        assert converged.driver(address) == "nvidia", address
+    assert (converged.tree / "dev/nvidia-uvm").exists()
+    assert not (converged.tree / "run/gpuhosts/reboot-required").exists()
+    smi = converged.smi_in_container()
+    assert smi.returncode == 0 and smi.stdout.count(VERSION) == 2, smi.stdout + smi.stderr
+    outputs = converged.up()
+    assert all(out.rstrip().endswith("done: no change") for out in outputs.values()), outputs

@@ -108,15 +108,21 @@ def map_program(r, prog: str) -> str:
     return prog
 
 
-def _standin_paths(script: str) -> str:
-    """Inside a ``sh -c`` script only absolute program paths that a stand-in provides are rewritten."""
-    return re.sub(r"(?<![\w/.$-])/[\w.+/-]+", lambda m: str(BIN / os.path.basename(m.group(0)))
-                  if (BIN / os.path.basename(m.group(0))).is_file() else m.group(0), script)
+def _standin_paths(r, script: str) -> str:
+    """Inside a ``sh -c`` script absolute program paths are rewritten as ``map_program`` does: to a stand-in, or
+    to an executable file that the tree holds at that path (a script the host's configuration names)."""
+    def mapped(m):
+        path = m.group(0)
+        if (BIN / os.path.basename(path)).is_file():
+            return str(BIN / os.path.basename(path))
+        inside = r / path.lstrip("/")
+        return str(inside) if inside.is_file() and os.access(inside, os.X_OK) else path
+    return re.sub(r"(?<![\w/.$-])/[\w.+/-]+", mapped, script)
 
 
 def run_argv(r, argv, env=None) -> int:
     shell = os.path.basename(argv[0]) in ("sh", "bash")
-    argv = [map_program(r, argv[0])] + [_standin_paths(a) if shell and argv[i - 1] == "-c" else a
+    argv = [map_program(r, argv[0])] + [_standin_paths(r, a) if shell and argv[i - 1] == "-c" else a
                                         for i, a in enumerate(argv) if i]
     e = host_env(tree(), **({} if env is None else env))
     e["GPUHOSTS_HOST_ROOT"] = str(r)
