@@ -203,7 +203,8 @@ def test_refuses_to_unbind_a_gpu_persistence_mode_keeps(converged, tmp_path):
     env = host_env(host.tree)
     env["PATH"] = f"{sticky}:{env['PATH']}"
     result = subprocess.run(["bash", "-c", step.create], capture_output=True, text=True, env=env)
-    assert result.returncode != 0 and "persistence mode holds GPU 0000:61:00.0" in result.stderr, result.stderr
+    assert result.returncode != 0, result.stdout
+    assert 'persistence mode holds GPU 0000:61:00.0 and stays on: run "nvidia-smi -i 0000:61:00.0 -pm 0"' in result.stderr
     assert host.digest() == before
 
 

@@ -166,7 +166,7 @@ gpu_release_problem() {
   if [ "$(nvidia-smi -i "$address" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null || true)" = "Enabled" ]; then
     nvidia-smi -i "$address" -pm 0 >/dev/null 2>&1 || true
     if [ "$(nvidia-smi -i "$address" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null || true)" = "Enabled" ]; then
-      printf 'persistence mode holds GPU %s and stays on: run 'nvidia-smi -i %s -pm 0' (stop whatever re-enables it) and run again\n' "$address" "$address"
+      printf 'persistence mode holds GPU %s and stays on: run "nvidia-smi -i %s -pm 0" (stop whatever re-enables it) and run again\n' "$address" "$address"
       return 0
     fi
   fi
