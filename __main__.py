@@ -3,10 +3,14 @@
 import pulumi
 
 from components.proxmox_host import ProxmoxHost, summarize_host
-from gpuhosts.config import SECTIONS, validate_stack
+from gpuhosts.config import SECTIONS, ConfigError, validate_stack
 
 settings = pulumi.Config()
-config = validate_stack({key: settings.get_object(key) for key in SECTIONS})
+try:
+    config = validate_stack({key: settings.get_object(key) for key in SECTIONS})
+except ConfigError as error:
+    # A RunError is shown as the message alone, without a Python traceback, before any resource exists.
+    raise pulumi.RunError(str(error)) from None
 for warning in config.warnings():
     pulumi.log.warn(warning)
 

@@ -94,3 +94,12 @@ def test_allow_reboot_adds_a_waited_reboot_before_the_containers():
     passthrough = by_name(run, "kpro5-lxc-gpu-passthrough", "gpuhosts:host:LxcGpuPassthrough")
     uvm = by_name(run, "kpro5-nvidia-uvm-at-boot", "command:remote:Command")
     assert uvm.dependencies == [wait.urn] and uvm.parent == passthrough.urn
+
+
+def test_invalid_config_stops_the_program_before_any_resource():
+    import pulumi
+
+    values = kpro5_values()
+    values["gpus"][0]["address"] = "1:00.0"
+    with pytest.raises(pulumi.RunError, match=r"gpuhosts:gpus\[0\]\.address"):
+        run_program(PROJECT, "kpro5", values)
