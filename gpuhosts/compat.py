@@ -1,0 +1,307 @@
+"""Compatibility rules of engines, models and drafters, as data (gpuhosts/compat-rules.yaml), checked at plan time.
+
+A rule row names a `check` (one of CHECKS below) and its `params`; a check returns the services it hits, with a
+detail. Each hit becomes a Finding carrying the rule's severity, the field path, the reason, the fix and the
+source, so a stack author learns in one plan what the engines would otherwise teach over days.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from gpuhosts.config import NAMESPACE
+from gpuhosts.services import Engine, ServiceConfig, SpecMethod
+
+RULES_FILE = Path(__file__).resolve().parent / "compat-rules.yaml"
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class Rule(_Row):
+    id: str
+    severity: Severity
+    check: str
+    params: dict[str, Any] = {}
+    field: str
+    reason: str
+    fix: str
+    source: str
+
+    @field_validator("check")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in CHECKS:
+            raise ValueError(f"unknown check {value!r}; known: {', '.join(sorted(CHECKS))}")
+        return value
+
+
+class ModelRow(_Row):
+    repo: str
+    family: str | None = None
+    gdn_hybrid: bool | None = None
+    num_layers: int | None = None
+    sliding_window: bool | None = None
+
+
+class RuleFile(_Row):
+    models: tuple[ModelRow, ...] = ()
+    rules: tuple[Rule, ...]
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    family: str | None = None
+    gdn_hybrid: bool = False
+    num_layers: int | None = None
+    sliding_window: bool | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    path: str
+    message: str
+    reason: str
+    fix: str
+    source: str
+
+    def __str__(self) -> str:
+        return (f"{self.severity.value}: {self.path}: {self.message} — {self.reason} Fix: {self.fix} "
+                f"[rule {self.rule}; {self.source}]")
+
+
+@lru_cache(maxsize=4)
+def load_rules(path: Path = RULES_FILE) -> RuleFile:
+    try:
+        return RuleFile.model_validate(yaml.safe_load(path.read_text()))
+    except ValidationError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def model_facts(repo: str, rules: RuleFile | None = None) -> ModelFacts:
+    """Facts of a model repository, from every matching row of the known-models table (later rows win)."""
+    merged: dict[str, Any] = {}
+    for row in (rules or load_rules()).models:
+        if fnmatch.fnmatchcase(repo, row.repo):
+            merged.update({k: v for k, v in row.model_dump(exclude={"repo"}).items() if v is not None})
+    return ModelFacts(family=merged.get("family"), gdn_hybrid=bool(merged.get("gdn_hybrid")),
+                      num_layers=merged.get("num_layers"), sliding_window=merged.get("sliding_window"))
+
+
+def version_key(text: str) -> tuple:
+    """Order PEP 440 releases of the shape the config accepts: 0.5.10 < 0.5.10.post1 < 0.5.11rc1 < 0.5.11."""
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+)|\.post(\d+)|\.dev(\d+))?$", text)
+    if not match:
+        raise ValueError(f"{text!r} is not a release")
+    release = tuple(int(match[i]) for i in (1, 2, 3))
+    if match[7] is not None:
+        return release + (-2, int(match[7]))
+    if match[4] is not None:
+        return release + (-1, {"a": 0, "b": 1, "rc": 2}[match[4]] * 10_000 + int(match[5]))
+    return release + (0, int(match[6] or 0))
+
+
+@dataclass
+class Context:
+    services: list[tuple[int, ServiceConfig]]
+    rules: RuleFile
+    drafter_configs: dict[str, dict[str, Any]]
+
+    def facts(self, repo: str) -> ModelFacts:
+        return model_facts(repo, self.rules)
+
+
+Hit = tuple[int, str]  # (service index, detail)
+
+
+def _engine_min_version(params: dict, ctx: Context) -> list[Hit]:
+    hits = []
+    for index, service in ctx.services:
+        if service.engine.name.value != params["engine"] or ctx.facts(service.model.repo).family != params["family"]:
+            continue
+        if version_key(service.engine.version) < version_key(params["minVersion"]):
+            hits.append((index, f"{params['engine']} {service.engine.version} with {service.model.repo} "
+                                f"(needs ≥ {params['minVersion']})"))
+    return hits
+
+
+def _sglang_spec_on_gdn_hybrid(params: dict, ctx: Context) -> list[Hit]:
+    from components.inference_service import engine_args, engine_environment
+
+    hits = []
+    for index, service in ctx.services:
+        if (service.engine.name is not Engine.SGLANG or service.speculative.method is SpecMethod.NONE
+                or not ctx.facts(service.model.repo).gdn_hybrid):
+            continue
+        argv, env = engine_args(service), engine_environment(service)
+        missing = []
+        flag = params["flag"]
+        values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag] + \
+                 [a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")]
+        if not values or values[-1] != params["value"]:
+            missing.append(f"{flag} {params['value']} (have {values[-1] if values else 'none'})")
+        for key, value in params["environment"].items():
+            if env.get(key) != value:
+                missing.append(f"{key}={value} (have {env.get(key, 'unset')})")
+        if service.speculative.eagle_topk > params["maxTopk"]:
+            missing.append(f"eagleTopk ≤ {params['maxTopk']} (have {service.speculative.eagle_topk})")
+        if missing:
+            hits.append((index, f"speculative {service.speculative.method.value} on GDN-hybrid {service.model.repo} "
+                                f"lacks " + ", ".join(missing)))
+    return hits
+
+
+def _vllm_fix_present(params: dict, ctx: Context) -> list[Hit]:
+    hits = []
+    for index, service in ctx.services:
+        if service.engine.name is not Engine.VLLM or service.speculative.method.value not in params["methods"]:
+            continue
+        engine = service.engine
+        if engine.contains(params["pr"]) or version_key(engine.version) >= version_key(params["knownIn"]):
+            continue
+        hits.append((index, f"vllm {engine.version}{' + ' + engine.git_ref if engine.git_ref else ''} is not known to "
+                            f"contain PR {params['pr']}"))
+    return hits
+
+
+def _vllm_swa_drafter(params: dict, ctx: Context) -> list[Hit]:
+    from components.drafter_config import parse_drafter_config
+    from components.inference_service import engine_environment
+
+    hits = []
+    for index, service in ctx.services:
+        drafter = service.speculative.drafter
+        if service.engine.name is not Engine.VLLM or drafter is None:
+            continue
+        sliding = drafter.sliding_window
+        if drafter.repo in ctx.drafter_configs:
+            sliding = parse_drafter_config(ctx.drafter_configs[drafter.repo]).has_sliding_window
+        if sliding is None:
+            sliding = ctx.facts(drafter.repo).sliding_window
+        if not sliding:
+            continue
+        engine = service.engine
+        if engine.contains(params["buildPr"]):
+            continue
+        has_fixes = all(engine.contains(pr) for pr in params["replacementPrs"]) or \
+            version_key(engine.version) >= version_key(params["knownIn"])
+        env = engine_environment(service)
+        env_ok = all(env.get(k) == v for k, v in params["environment"].items())
+        if has_fixes and env_ok:
+            continue
+        wanted = ", ".join(f"{k}={v}" for k, v in params["environment"].items())
+        why = (f"vllm {engine.version} has neither PR {params['buildPr']} nor PRs "
+               f"{' and '.join(map(str, params['replacementPrs']))}") if not has_fixes else \
+            f"vllm {engine.version} has the replacement fixes but runs without {wanted}"
+        hits.append((index, f"drafter {drafter.repo} has sliding-window layers; {why}"))
+    return hits
+
+
+def _drafter_target_layer_ids(params: dict, ctx: Context) -> list[Hit]:
+    from components.drafter_config import DrafterFacts, check_drafter, parse_drafter_config
+
+    hits = []
+    for index, service in ctx.services:
+        drafter = service.speculative.drafter
+        if drafter is None or service.speculative.method is not SpecMethod.DFLASH:
+            continue
+        target_layers = service.model.num_layers or ctx.facts(service.model.repo).num_layers
+        config = ctx.drafter_configs.get(drafter.repo)
+        facts = parse_drafter_config(config) if config else DrafterFacts(None, None, None, None)
+        if target_layers is None or (facts.target_layer_ids is None and drafter.target_layer_ids is None):
+            continue
+        result = check_drafter(target_layers, facts, declared=drafter.target_layer_ids,
+                               num_draft_layers=drafter.num_layers or ctx.facts(drafter.repo).num_layers)
+        if not result.ok:
+            hits.append((index, f"drafter {drafter.repo}: " + "; ".join(result.problems)))
+    return hits
+
+
+def _tensor_parallel_within_gpus(params: dict, ctx: Context) -> list[Hit]:
+    return [(index, f"tensorParallelSize {s.tensor_parallel_size} with {len(s.gpus)} GPU(s) listed")
+            for index, s in ctx.services if s.tensor_parallel_size > len(s.gpus)]
+
+
+def _pairs(ctx: Context, overlap: Callable[[ServiceConfig, ServiceConfig], str | None]) -> list[Hit]:
+    hits = []
+    for position, (index, service) in enumerate(ctx.services):
+        for other_index, other in ctx.services[:position]:
+            if other.container != service.container:
+                continue
+            what = overlap(service, other)
+            if what is None:
+                continue
+            declared = other.name in service.shares_with or service.name in other.shares_with
+            if not declared:
+                hits.append((index, f"{what} as services[{other_index}] ({other.name}) without sharesWith"))
+            elif service.enabled and other.enabled:
+                hits.append((index, f"{what} as services[{other_index}] ({other.name}) and both are enabled"))
+    return hits
+
+
+def _shared_port(params: dict, ctx: Context) -> list[Hit]:
+    def overlap(a: ServiceConfig, b: ServiceConfig) -> str | None:
+        binds_meet = a.bind == b.bind or "0.0.0.0" in (a.bind, b.bind)
+        return f"port {a.port} is the same" if a.port == b.port and binds_meet else None
+    return _pairs(ctx, overlap)
+
+
+def _shared_gpus(params: dict, ctx: Context) -> list[Hit]:
+    def overlap(a: ServiceConfig, b: ServiceConfig) -> str | None:
+        common = sorted(set(a.gpus) & set(b.gpus))
+        return f"GPUs {', '.join(common)} are the same" if common else None
+    return _pairs(ctx, overlap)
+
+
+CHECKS: dict[str, Callable[[dict, Context], list[Hit]]] = {
+    "engine_min_version": _engine_min_version,
+    "sglang_spec_on_gdn_hybrid": _sglang_spec_on_gdn_hybrid,
+    "vllm_fix_present": _vllm_fix_present,
+    "vllm_swa_drafter": _vllm_swa_drafter,
+    "drafter_target_layer_ids": _drafter_target_layer_ids,
+    "tensor_parallel_within_gpus": _tensor_parallel_within_gpus,
+    "shared_port": _shared_port,
+    "shared_gpus": _shared_gpus,
+}
+
+
+def check_services(services: tuple[ServiceConfig, ...] | list[ServiceConfig], *,
+                   drafter_configs: dict[str, dict[str, Any]] | None = None,
+                   rules: RuleFile | None = None) -> list[Finding]:
+    """Every rule against every service; `drafter_configs` maps a drafter repo to its config.json, where known."""
+    rule_file = rules or load_rules()
+    ctx = Context(services=list(enumerate(services)), rules=rule_file, drafter_configs=drafter_configs or {})
+    findings = []
+    for rule in rule_file.rules:
+        for index, detail in CHECKS[rule.check](rule.params, ctx):
+            findings.append(Finding(rule=rule.id, severity=rule.severity,
+                                    path=f"{NAMESPACE}:services[{index}].{rule.field}", message=detail,
+                                    reason=" ".join(rule.reason.split()), fix=" ".join(rule.fix.split()),
+                                    source=" ".join(rule.source.split())))
+    return findings
+
+
+def errors(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity is Severity.ERROR]
+
+
+def warnings(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity is Severity.WARNING]

@@ -1,0 +1,339 @@
+"""Typed configuration of `gpuhosts:services`: inference engines served from a GPU container.
+
+Each entry names an engine (SGLang or vLLM) pinned to a release or a git ref, the model and its revision, the
+container's GPUs it runs on, where it listens, and its speculative decoding. Field rules live on the models; rules
+across entries and against the rest of the stack live in `_service_problems`. Rules that encode what a release of
+an engine can and cannot do are data (`gpuhosts/compat-rules.yaml`) and are checked by `gpuhosts.compat`.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from gpuhosts.config import (
+    NAMESPACE,
+    PCI_ADDRESS,
+    ConfigError,
+    Problem,
+    StackConfig,
+    _Model,
+    _validate_at,
+)
+
+SERVICE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
+RELEASE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc|\.post|\.dev)\d+)?$")
+GIT_REF = re.compile(r"^(?:refs/(?:pull/\d+/head|heads/[\w./-]+|tags/[\w./-]+)|[0-9a-f]{40})$")
+HF_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+REVISION = re.compile(r"^[\w./-]{1,100}$")
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
+ENGINE_REPOSITORIES = {
+    "sglang": "https://github.com/sgl-project/sglang",
+    "vllm": "https://github.com/vllm-project/vllm",
+}
+
+
+class Engine(str, Enum):
+    SGLANG = "sglang"
+    VLLM = "vllm"
+
+
+class SpecMethod(str, Enum):
+    NONE = "none"
+    MTP = "mtp"
+    DFLASH = "dflash"
+    EAGLE3 = "eagle3"
+
+
+class WeightsOn(str, Enum):
+    CONTAINER = "container"
+    HOST = "host"
+
+
+def _release(value: Any) -> Any:
+    if isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is a number; quote it (\"0.5.11\") — YAML reads 0.5.10 as text but 0.10 as 0.1")
+    text = str(value)
+    if not RELEASE.match(text):
+        raise ValueError(f"{text!r} is not an exact release; pin it, e.g. \"0.5.11\"")
+    return text
+
+
+class EngineSpec(_Model):
+    name: Engine = Field(description="`sglang` or `vllm`.")
+    version: str = Field(
+        description="Exact release installed from PyPI, or, with gitRef, the release that ref is based on (the "
+                    "compatibility rules read it)."
+    )
+    git_ref: str | None = Field(
+        None, description="Build the engine from this git ref of its repository instead: a pull request head "
+                          "(`refs/pull/40898/head`), a branch or tag ref, or a 40-digit commit. Default none (the release)."
+    )
+    repository: str | None = Field(None, description="Git repository for gitRef; default the engine's upstream.")
+    includes_prs: tuple[int, ...] = Field(
+        (), description="Pull requests of the engine's repository the installed build contains beyond its release "
+                        "(a PR head build contains its own PR). Default none."
+    )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        return _release(value)
+
+    @field_validator("git_ref")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        if value is not None and not GIT_REF.match(value):
+            raise ValueError(f"{value!r} is not a git ref: use refs/pull/N/head, refs/heads/…, refs/tags/… or a full commit")
+        return value
+
+    @property
+    def pull_request(self) -> int | None:
+        """The pull request a PR-head build is of."""
+        match = re.match(r"^refs/pull/(\d+)/head$", self.git_ref or "")
+        return int(match[1]) if match else None
+
+    def contains(self, pr: int) -> bool:
+        return pr in self.includes_prs or pr == self.pull_request
+
+    @property
+    def source_repository(self) -> str:
+        return self.repository or ENGINE_REPOSITORIES[self.name.value]
+
+
+class ModelSpec(_Model):
+    repo: str = Field(description="Hugging Face repository of the weights (`Qwen/Qwen3.6-27B`).")
+    revision: str = Field("main", description="Branch, tag or commit to download; pin a commit for repeatable deploys. Default main.")
+    local_dir: str | None = Field(None, description="Where the weights live in the container. Default /srv/models/<repo>.")
+    num_layers: int | None = Field(
+        None, ge=1, description="The model's `num_hidden_layers`; default from the known-models table of compat-rules.yaml."
+    )
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        if not HF_REPO.match(value):
+            raise ValueError(f"{value!r} is not a Hugging Face repository; write it as owner/name")
+        return value
+
+    @field_validator("revision", mode="before")
+    @classmethod
+    def _revision(cls, value: Any) -> Any:
+        if not REVISION.match(str(value)):
+            raise ValueError(f"{value!r} is not a revision; use a branch, tag or commit hash")
+        return str(value)
+
+    @field_validator("local_dir")
+    @classmethod
+    def _dir(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or ".." in value.split("/")):
+            raise ValueError(f"{value!r} must be an absolute path without '..'")
+        return value
+
+    @property
+    def path(self) -> str:
+        return self.local_dir or f"/srv/models/{self.repo}"
+
+
+class DrafterSpec(ModelSpec):
+    num_layers: int | None = Field(None, ge=1, description="The drafter's own decoder layers; default from the known-models table.")
+    target_layer_ids: tuple[int, ...] | None = Field(
+        None, description="dflash_config.target_layer_ids as the drafter was trained; default derived from the target "
+                          "(evenly spaced from 1 to N-3) — a guessed list gives about 1 % acceptance."
+    )
+    sliding_window: bool | None = Field(
+        None, description="Whether the drafter has sliding-window layers (its config.json `layer_types`); default from "
+                          "the known-models table."
+    )
+    gated: bool = Field(False, description="The repository needs a Hugging Face token (gpuhosts:hfToken). Default false.")
+
+
+class SpeculativeSpec(_Model):
+    method: SpecMethod = Field(SpecMethod.NONE, description="`none` (default), `mtp` (NEXTN), `dflash` or `eagle3`.")
+    num_steps: int = Field(3, ge=1, le=16, description="mtp/eagle3: draft steps. Default 3.")
+    eagle_topk: int = Field(1, ge=1, le=16, description="mtp/eagle3: branches per step. Default 1.")
+    num_draft_tokens: int = Field(4, ge=2, le=64, description="mtp/eagle3: tokens verified per step. Default 4.")
+    num_speculative_tokens: int = Field(15, ge=1, le=64, description="dflash: tokens drafted per block. Default 15.")
+    drafter: DrafterSpec | None = Field(None, description="The draft model, required for dflash and eagle3.")
+
+    @model_validator(mode="after")
+    def _drafter(self) -> "SpeculativeSpec":
+        if self.method in (SpecMethod.DFLASH, SpecMethod.EAGLE3) and self.drafter is None:
+            raise ValueError(f"method {self.method.value} needs drafter: {{repo, revision}}")
+        if self.method in (SpecMethod.NONE, SpecMethod.MTP) and self.drafter is not None:
+            raise ValueError(f"method {self.method.value} uses no separate drafter; remove drafter:")
+        if self.method in (SpecMethod.MTP, SpecMethod.EAGLE3) and self.num_draft_tokens > self.num_steps * self.eagle_topk + 1:
+            raise ValueError(f"numDraftTokens {self.num_draft_tokens} exceeds numSteps × eagleTopk + 1 "
+                             f"({self.num_steps * self.eagle_topk + 1}), which is all a draft tree can hold")
+        return self
+
+
+class GateSpec(_Model):
+    min_acceptance_length: float | None = Field(
+        None, ge=1, description="Fail the deploy below this mean acceptance length (tokens per verify step). Default: "
+                                "1.5 with speculative decoding, unchecked without."
+    )
+    min_acceptance_rate: float | None = Field(
+        None, gt=0, le=1, description="Fail below this draft-token acceptance rate. Default: 0.1 with speculative decoding."
+    )
+    min_decode_tokens_per_s: float = Field(10.0, gt=0, description="Fail below this single-stream decode rate. Default 10.")
+    max_tokens: int = Field(256, ge=16, le=4096, description="Tokens generated by the timed request. Default 256.")
+    ready_timeout_s: int = Field(1800, ge=30, description="How long to wait for /health after a (re)start. Default 1800.")
+
+
+class ServiceConfig(_Model):
+    name: str = Field(description="Service name: the unit is gpuhosts-<name>.service inside the container.")
+    container: int = Field(description="vmid of the container the service runs in.")
+    enabled: bool = Field(True, description="Run the service (enabled and started). Default true; false installs it stopped.")
+    engine: EngineSpec
+    model: ModelSpec
+    served_model_name: str | None = Field(None, description="Name clients send as `model`; default the repo's name.")
+    weights_on: WeightsOn = Field(
+        WeightsOn.CONTAINER, description="`container` (default): weights in the container's own disk; `host`: on host "
+                                         "storage bind-mounted into the container, so they survive a rebuild."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, le=16, description="GPUs one model copy is split over. Default 1.")
+    gpus: tuple[str, ...] = Field(description="PCI addresses of the container's GPUs this service uses.")
+    port: int = Field(ge=1024, le=65535, description="TCP port of the OpenAI-compatible API.")
+    bind: str = Field("127.0.0.1", description="Address to listen on. Default 127.0.0.1; 0.0.0.0 for the network.")
+    context_length: int | None = Field(None, ge=512, description="Maximum context; default the model's.")
+    mem_fraction: float | None = Field(
+        None, gt=0, lt=1, description="GPU memory share for weights and KV cache (SGLang --mem-fraction-static, vLLM "
+                                      "--gpu-memory-utilization); default the engine's."
+    )
+    reasoning_parser: str | None = Field(None, description="Reasoning parser (`qwen3`); default none.")
+    speculative: SpeculativeSpec = Field(SpeculativeSpec(), description="Speculative decoding. Default none.")
+    mamba_scheduler_strategy: str | None = Field(
+        None, description="SGLang --mamba-scheduler-strategy; default derived (extra_buffer for speculative decoding on "
+                          "GDN-hybrid models)."
+    )
+    api_key_secret: str | None = Field(
+        None, description="Name of the secret stack key holding the API key (`llmApiKey` for gpuhosts:llmApiKey); "
+                          "it reaches the engine only through a 0600 EnvironmentFile. Default: no key."
+    )
+    environment: dict[str, str] = Field({}, description="Extra environment of the engine; never secrets.")
+    extra_args: tuple[str, ...] = Field((), description="Extra engine flags, appended; never ones gpuhosts derives.")
+    shares_with: tuple[str, ...] = Field(
+        (), description="Services this one knowingly shares its port or GPUs with; at most one of them runs at a time."
+    )
+    gate: GateSpec = Field(GateSpec(), description="Post-deploy thresholds.")
+
+    @model_validator(mode="after")
+    def _engine_method(self) -> "ServiceConfig":
+        if self.speculative.method is SpecMethod.DFLASH and self.engine.name is not Engine.VLLM:
+            raise ValueError("speculative method dflash is served with engine vllm")
+        if self.mamba_scheduler_strategy is not None and self.engine.name is not Engine.SGLANG:
+            raise ValueError("mambaSchedulerStrategy is an SGLang setting; remove it for vllm")
+        return self
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not SERVICE_NAME.match(value):
+            raise ValueError("must be lower-case letters, digits and '-', starting with a letter, e.g. qwen-sglang")
+        return value
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, value: Any) -> Any:
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ValueError("must list at least one PCI address of the container's GPUs")
+        addresses = []
+        for item in value:
+            match = PCI_ADDRESS.match(str(item).strip())
+            if not match or match["fn"] != "0":
+                raise ValueError(f"{item!r} is not a GPU's PCI address (function .0), e.g. 0000:41:00.0")
+            addresses.append(f"{(match['domain'] or '0000')}:{match['bus']}:{match['slot']}.0".lower())
+        return tuple(addresses)
+
+    @field_validator("environment")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not ENV_NAME.match(key):
+                raise ValueError(f"{key!r} is not an environment variable name")
+            if any(word in key for word in ("TOKEN", "API_KEY", "SECRET", "PASSWORD")):
+                raise ValueError(f"{key} looks like a secret; secrets come from secret stack keys, never from plain config")
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in value:
+            if arg.split("=", 1)[0] in SECRET_FLAGS:
+                raise ValueError(f"{arg.split('=', 1)[0]} would put a secret on the command line; use apiKeySecret")
+        return value
+
+    @property
+    def unit_name(self) -> str:
+        return f"gpuhosts-{self.name}.service"
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model.repo.split("/", 1)[1]
+
+
+def _section_path(index: int, field: str = "") -> str:
+    return f"{NAMESPACE}:services[{index}]" + (f".{field}" if field else "")
+
+
+def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackConfig, secret_keys: set[str]) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def add(index: int, field: str, message: str) -> None:
+        problems.append(Problem(path=_section_path(index, field), message=message))
+
+    names: dict[str, int] = {}
+    for index, service in services:
+        if service.name in names:
+            add(index, "name", f"{service.name!r} is already declared as services[{names[service.name]}]; names are unique")
+        else:
+            names[service.name] = index
+    vmids = {c.vmid for c in stack.containers}
+    for index, service in services:
+        if service.container not in vmids:
+            add(index, "container", f"container {service.container} is not declared in {NAMESPACE}:containers")
+        else:
+            owned = {g.address for g in stack.container_gpus(service.container)}
+            for position, address in enumerate(service.gpus):
+                if address not in owned:
+                    add(index, f"gpus[{position}]", f"{address} is not one of container {service.container}'s GPUs "
+                        f"({', '.join(sorted(owned)) or 'none'}); give it use: container, container: {service.container}")
+        if len(set(service.gpus)) != len(service.gpus):
+            add(index, "gpus", "lists a GPU twice")
+        if service.api_key_secret is not None and service.api_key_secret not in secret_keys:
+            add(index, "apiKeySecret", f"{NAMESPACE}:{service.api_key_secret} is not a secret of this stack; "
+                f"`pulumi config set --secret {NAMESPACE}:{service.api_key_secret}`")
+        drafter = service.speculative.drafter
+        if drafter is not None and drafter.gated and "hfToken" not in secret_keys:
+            add(index, "speculative.drafter.gated", f"{drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
+                f"`pulumi config set --secret {NAMESPACE}:hfToken`")
+        for other in service.shares_with:
+            if other not in names:
+                add(index, "sharesWith", f"{other!r} is not a declared service")
+            elif other == service.name:
+                add(index, "sharesWith", "names the service itself")
+    return problems
+
+
+def validate_services(raw: Any, stack: StackConfig, secret_keys: set[str] | frozenset[str] = frozenset()) -> tuple[ServiceConfig, ...]:
+    """Turn the stack's `gpuhosts:services` value into typed services, or raise ConfigError naming every problem.
+
+    `stack` is the already validated rest of the stack (containers and their GPUs); `secret_keys` the stack's secure
+    keys, which apiKeySecret and gated drafters must name.
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError([Problem(path=f"{NAMESPACE}:services", message="must be a list")])
+    problems: list[Problem] = []
+    checked = [(i, _validate_at(ServiceConfig, item, ("services", i), problems)) for i, item in enumerate(raw)]
+    services = [(i, s) for i, s in checked if s is not None]
+    problems += _service_problems(services, stack, set(secret_keys))
+    if problems:
+        raise ConfigError(problems)
+    return tuple(s for _, s in services)

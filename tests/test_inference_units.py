@@ -1,0 +1,140 @@
+"""InferenceService: the rendered units and command lines of the kpro5 services against reviewed golden copies
+(tests/golden/services), `systemd-analyze verify` on each unit, and no secret in a unit or on a command line.
+
+After an intended change: `GPUHOSTS_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_inference_units.py`,
+then review the diff of tests/golden/services like any other code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from components.inference_service import engine_args, exec_start, render_service, secret_variable, systemd_word
+from services_data import kpro5_services, kpro5_stack
+from test_units import place, scratch_root, verify  # noqa: F401  (the scratch-root fixture)
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "services"
+SECRET = "sk-gpuhosts-test-4f1c9e"
+
+
+def rendered() -> dict[str, str]:
+    """Every golden file: per service its unit, its launcher (SGLang) and its argv, one word a line."""
+    files = {}
+    stack = kpro5_stack()
+    for service in kpro5_services():
+        out = render_service(service, stack)
+        files[f"{service.name}/{Path(out.unit.path).name}"] = out.unit.content
+        files[f"{service.name}/argv.txt"] = "\n".join(out.argv) + "\n"
+        files[f"{service.name}/environment.json"] = json.dumps(out.environment, indent=2) + "\n"
+        if out.launcher is not None:
+            files[f"{service.name}/{Path(out.launcher.path).name}"] = out.launcher.content
+    return files
+
+
+def test_golden_files():
+    files = rendered()
+    if os.environ.get("GPUHOSTS_UPDATE_GOLDEN"):
+        for name, content in files.items():
+            (GOLDEN / name).parent.mkdir(parents=True, exist_ok=True)
+            (GOLDEN / name).write_text(content)
+    on_disk = sorted(str(p.relative_to(GOLDEN)) for p in GOLDEN.rglob("*") if p.is_file())
+    assert sorted(files) == on_disk, "files added or removed: update the golden files and review"
+    for name, content in files.items():
+        assert (GOLDEN / name).read_text() == content, f"{name} differs: update the golden files and review"
+
+
+def test_sglang_mtp_flags_are_derived():
+    sglang, _ = kpro5_services()
+    argv = " ".join(engine_args(sglang))
+    assert ("--tp-size 2 --context-length 131072 --mem-fraction-static 0.8 --reasoning-parser qwen3 --enable-metrics "
+            "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4 --mamba-scheduler-strategy extra_buffer") in argv
+    assert "--host 0.0.0.0 --port 30000" in argv
+
+
+def test_vllm_dflash_speculative_config_is_json():
+    _, vllm = kpro5_services()
+    argv = engine_args(vllm)
+    assert argv[:3] == ["/opt/gpuhosts/qwen-vllm-dflash/venv/bin/vllm", "serve", "/srv/models/Qwen3.6-27B"]
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config == {"method": "dflash", "model": "/srv/models/Qwen3.6-27B-DFlash", "num_speculative_tokens": 15}
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert argv[-2:] == ["--max-num-batched-tokens", "32768"], "extraArgs come last"
+
+
+def test_exec_start_reads_back_as_the_argv():
+    for service in kpro5_services():
+        out = render_service(service, kpro5_stack())
+        line = next(l for l in out.unit.content.replace("\\\n", " ").splitlines() if l.startswith("ExecStart="))
+        assert shlex.split(line.removeprefix("ExecStart=")) == list(out.argv)
+
+
+@pytest.mark.parametrize("arg,word", [("plain-1.0", "plain-1.0"), ("50%", "'50%%'"), ("$HOME", "'$$HOME'"),
+                                      ('{"a":1}', "'{\"a\":1}'"), ("it's", '"it\'s"')])
+def test_systemd_quoting(arg, word):
+    assert systemd_word(arg) == word
+
+
+def test_one_flag_per_line():
+    assert exec_start(["/bin/x", "serve", "/m", "--a", "1", "--b", "--c", "d"]) == \
+        "/bin/x serve /m \\\n    --a 1 \\\n    --b \\\n    --c d"
+
+
+@pytest.mark.parametrize("service", kpro5_services(), ids=lambda s: s.name)
+def test_unit_verifies_clean(service, scratch_root):  # noqa: F811
+    unit = render_service(service, kpro5_stack()).unit
+    result = verify(scratch_root, place(scratch_root, unit.path, unit.content))
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_api_key_reaches_the_engine_only_through_the_environment_file():
+    for service in kpro5_services():
+        out = render_service(service, kpro5_stack())
+        assert f"EnvironmentFile=/etc/gpuhosts/{service.name}.env" in out.unit.content
+        assert "--api-key" not in out.argv and "api-key" not in out.unit.content
+        assert secret_variable(service) not in out.environment
+    sglang, vllm = kpro5_services()
+    assert secret_variable(vllm) == "VLLM_API_KEY" and secret_variable(sglang) == "GPUHOSTS_API_KEY"
+
+
+def test_no_secret_in_any_rendered_file():
+    """Secrets arrive as stack values; even set in every secret key they appear in no unit, argv or launcher."""
+    from gpuhosts.plan import SECRET_PLACEHOLDER
+    for name, content in rendered().items():
+        assert SECRET_PLACEHOLDER not in content and "hf_" not in content and SECRET not in content, name
+
+
+def test_without_api_key_there_is_no_environment_file():
+    (service,) = kpro5_services(lambda raw: (raw.pop(1), raw[0].pop("apiKeySecret")))
+    assert "EnvironmentFile" not in render_service(service, kpro5_stack()).unit.content
+
+
+def test_sglang_launcher_hides_the_key(tmp_path):
+    """Run the launcher against a stand-in sglang.launch_server: the key is passed on, absent from the OS argv and
+    from the environment, and redacted in log records."""
+    import subprocess
+    import sys
+
+    sglang, _ = kpro5_services()
+    launcher = render_service(sglang, kpro5_stack()).launcher
+    script = tmp_path / "sglang-serve.py"
+    script.write_text(launcher.content)
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(
+        "import logging, os, sys\n"
+        "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
+        "logging.getLogger('x').info('server_args=%s', sys.argv)\n"
+        "print('key' if sys.argv[-2:] == ['--api-key', " + repr(SECRET) + "] else 'no key')\n"
+        "print('env' if any(" + repr(SECRET) + " in v for v in os.environ.values()) else 'no env')\n"
+        "print('cmdline' if " + repr(SECRET) + ".encode() in open('/proc/self/cmdline', 'rb').read() else 'no cmdline')\n")
+    result = subprocess.run([sys.executable, str(script), "--port", "30000"], capture_output=True, text=True,
+                            env={"GPUHOSTS_API_KEY": SECRET, "PYTHONPATH": str(tmp_path), "PATH": os.environ["PATH"]})
+    assert result.stdout.split() == ["key", "no", "env", "no", "cmdline"], result.stderr
+    assert SECRET not in result.stderr and "[secret]" in result.stderr

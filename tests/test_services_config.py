@@ -1,0 +1,109 @@
+"""gpuhosts:services: the kpro5 example validates, and every bad entry is refused naming its field and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuhosts.config import ConfigError
+from gpuhosts.services import Engine, SpecMethod, validate_services
+from services_data import example, kpro5_services, kpro5_stack
+
+
+def test_kpro5_declares_sglang_mtp_enabled_and_vllm_dflash_on_another_port():
+    sglang, vllm = kpro5_services()
+    assert (sglang.engine.name, sglang.engine.version, sglang.enabled) == (Engine.SGLANG, "0.5.11", True)
+    spec = sglang.speculative
+    assert (spec.method, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (SpecMethod.MTP, 3, 1, 4)
+    assert sglang.tensor_parallel_size == 2 and sglang.gpus == ("0000:41:00.0", "0000:61:00.0")
+    assert vllm.engine.name is Engine.VLLM and vllm.speculative.method is SpecMethod.DFLASH
+    assert vllm.speculative.drafter.repo == "z-lab/Qwen3.6-27B-DFlash" and vllm.speculative.drafter.gated
+    assert vllm.port != sglang.port and not vllm.enabled and vllm.shares_with == ("qwen-sglang",)
+
+
+def test_defaults_are_documented_and_safe():
+    (service,) = validate_services([{"name": "small", "container": 129, "engine": {"name": "vllm", "version": "0.26.0"},
+                                     "model": {"repo": "Qwen/Qwen3-8B"}, "gpus": ["41:00.0"], "port": 8001}],
+                                   kpro5_stack())
+    assert service.bind == "127.0.0.1" and service.enabled and service.tensor_parallel_size == 1
+    assert service.speculative.method is SpecMethod.NONE and service.api_key_secret is None
+    assert service.model.path == "/srv/models/Qwen/Qwen3-8B" and service.model_name == "Qwen3-8B"
+    for name, field in type(service).model_fields.items():
+        assert field.description or field.annotation.__name__.endswith("Spec"), name
+
+
+def entry(raw, index=0):
+    return raw[index]
+
+
+BAD = [
+    # (case, mutation, path the message names, words the message contains)
+    ("unknown engine", lambda r: entry(r)["engine"].update(name="tgi"), "gpuhosts:services[0].engine.name", "'sglang' or 'vllm'"),
+    ("version as a YAML number", lambda r: entry(r)["engine"].update(version=0.5), "gpuhosts:services[0].engine.version",
+     "quote it"),
+    ("version not exact", lambda r: entry(r)["engine"].update(version="0.5"), "gpuhosts:services[0].engine.version",
+     "not an exact release"),
+    ("git ref not a ref", lambda r: entry(r, 1)["engine"].update(gitRef="pr-40898"), "gpuhosts:services[1].engine.gitRef",
+     "refs/pull/N/head"),
+    ("model not owner/name", lambda r: entry(r)["model"].update(repo="Qwen3.6-27B"), "gpuhosts:services[0].model.repo",
+     "owner/name"),
+    ("relative model dir", lambda r: entry(r)["model"].update(localDir="models/q"), "gpuhosts:services[0].model.localDir",
+     "absolute path"),
+    ("GPU of another use", lambda r: entry(r).update(gpus=["0000:01:00.0"]), "gpuhosts:services[0].gpus[0]",
+     "not one of container 129's GPUs"),
+    ("GPU not an address", lambda r: entry(r).update(gpus=["gpu0"]), "gpuhosts:services[0].gpus", "PCI address"),
+    ("container not declared", lambda r: entry(r).update(container=130), "gpuhosts:services[0].container",
+     "not declared"),
+    ("duplicate name", lambda r: entry(r, 1).update(name="qwen-sglang"), "gpuhosts:services[1].name", "already declared"),
+    ("dflash without drafter", lambda r: entry(r, 1)["speculative"].pop("drafter"), "gpuhosts:services[1].speculative",
+     "needs drafter"),
+    ("mtp with a drafter", lambda r: entry(r)["speculative"].update(drafter={"repo": "a/b"}),
+     "gpuhosts:services[0].speculative", "no separate drafter"),
+    ("draft tokens beyond the tree", lambda r: entry(r)["speculative"].update(numDraftTokens=8),
+     "gpuhosts:services[0].speculative", "numSteps × eagleTopk + 1"),
+    ("dflash on sglang", lambda r: entry(r, 1)["engine"].update(name="sglang", version="0.5.11"), "gpuhosts:services[1]",
+     "served with engine vllm"),
+    ("API key not a secret", lambda r: entry(r).update(apiKeySecret="apiKey"), "gpuhosts:services[0].apiKeySecret",
+     "pulumi config set --secret gpuhosts:apiKey"),
+    ("API key on the command line", lambda r: entry(r).update(extraArgs=["--api-key=abc"]),
+     "gpuhosts:services[0].extraArgs", "use apiKeySecret"),
+    ("token in plain environment", lambda r: entry(r).update(environment={"HF_TOKEN": "hf_x"}),
+     "gpuhosts:services[0].environment", "looks like a secret"),
+    ("sharesWith unknown", lambda r: entry(r, 1).update(sharesWith=["nope"]), "gpuhosts:services[1].sharesWith",
+     "not a declared service"),
+    ("memory fraction of 1", lambda r: entry(r).update(memFraction=1.0), "gpuhosts:services[0].memFraction", "less than 1"),
+    ("port below 1024", lambda r: entry(r).update(port=80), "gpuhosts:services[0].port", "1024"),
+    ("misspelt field", lambda r: entry(r).update(tensorParallel=2), "gpuhosts:services[0].tensorParallel", "unknown field"),
+]
+
+
+@pytest.mark.parametrize("case,mutate,path,words", BAD, ids=[case for case, *_ in BAD])
+def test_bad_service_is_refused_naming_the_field(case, mutate, path, words):
+    raw, secure = example()
+    mutate(raw)
+    with pytest.raises(ConfigError) as caught:
+        validate_services(raw, kpro5_stack(), secure)
+    matching = [p for p in caught.value.problems if p.path == path]
+    assert matching, f"no problem at {path}: {caught.value}"
+    assert any(words in p.message for p in matching), str(caught.value)
+
+
+def test_gated_drafter_needs_the_hf_token_secret():
+    raw, secure = example()
+    with pytest.raises(ConfigError) as caught:
+        validate_services(raw, kpro5_stack(), secure - {"hfToken"})
+    assert [str(p) for p in caught.value.problems] == [
+        "gpuhosts:services[1].speculative.drafter.gated: z-lab/Qwen3.6-27B-DFlash is gated and gpuhosts:hfToken is "
+        "not set; `pulumi config set --secret gpuhosts:hfToken`"]
+
+
+def test_every_problem_is_reported_at_once():
+    raw, secure = example()
+    raw[0]["engine"]["version"] = "latest"
+    raw[1]["port"] = 1
+    with pytest.raises(ConfigError) as caught:
+        validate_services(raw, kpro5_stack(), secure)
+    assert {p.path for p in caught.value.problems} == {"gpuhosts:services[0].engine.version", "gpuhosts:services[1].port"}
+
+
+def test_no_services_is_valid():
+    assert validate_services(None, kpro5_stack()) == ()
