@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: plan test bench golden system-deps clean
+.PHONY: plan test bench golden system-deps clean lifecycle
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -22,16 +22,22 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 plan: $(VENV)/.synced
 	$(VENV)/bin/gpuhosts plan $(STACK) --out build/plan/$(STACK)
 
-# shellcheck and systemd-analyze validate what gpuhosts renders; apt-get only runs where one is missing.
+# shellcheck and systemd-analyze validate what gpuhosts renders; sshd serves the simulated host over real SSH.
+# apt-get only runs where one of them is missing.
 system-deps:
-	@command -v shellcheck >/dev/null && command -v systemd-analyze >/dev/null || \
-		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd; }
+	@command -v shellcheck >/dev/null && command -v systemd-analyze >/dev/null && \
+		test -x /usr/sbin/sshd && command -v ssh >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client; }
 
 test: $(VENV)/.synced system-deps
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
 
 golden: $(VENV)/.synced
 	GPUHOSTS_UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/test_golden.py
+
+# Up, up again, a change, destroy and injected faults on the simulated kpro5 over SSH; prints the figures.
+lifecycle: $(VENV)/.synced system-deps
+	$(VENV)/bin/python -m gpuhosts.lifecycle
 
 bench: $(VENV)/.synced
 	$(VENV)/bin/python -m gpuhosts.bench

@@ -122,7 +122,7 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any]) -> Progr
     return run
 
 
-def _apply_order(commands: list[Recorded]) -> list[Recorded]:
+def apply_order(commands: list[Recorded]) -> list[Recorded]:
     """Commands in dependency order (a parent's dependencies count for its children), ties by name."""
     by_urn = {r.urn: r for r in commands}
     remaining = sorted(commands, key=lambda r: r.name)
@@ -138,7 +138,7 @@ def _apply_order(commands: list[Recorded]) -> list[Recorded]:
     return ordered
 
 
-def _effective_dependencies(resources: list[Recorded]) -> list[Recorded]:
+def effective_dependencies(resources: list[Recorded]) -> list[Recorded]:
     """A child waits for whatever its ancestors depend on; resolve that down to the command resources."""
     by_urn = {r.urn: r for r in resources}
     children: dict[str, list[str]] = {}
@@ -199,7 +199,7 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(file.content)
                 target.chmod(int(file.mode, 8))
-        ordered = _apply_order(_effective_dependencies(resources))
+        ordered = apply_order(effective_dependencies(resources))
         for index, command in enumerate(ordered, start=1):
             folder = host_dir / "commands" / f"{index:02d}-{command.name}"
             folder.mkdir(parents=True)

@@ -123,6 +123,12 @@ smi_rows() {
   done
 }
 
+# owe NAME / owed NAME / settled NAME — work that must follow a change (rebuilding the initramfs) is noted on the
+# host before the change, so a run cut off in between still does it next time.
+owe() { mkdir -p "$state_dir"; : >"$state_dir/$1.owed"; }
+owed() { [ -f "$state_dir/$1.owed" ]; }
+settled() { rm -f "$state_dir/$1.owed"; }
+
 finish() {
   if [ "$reboot_required" = 1 ]; then
     mkdir -p "$root/run/gpuhosts"
@@ -279,6 +285,10 @@ if [ ! -f "$original" ]; then
 fi
 
 initramfs_stale=0
+if owed initramfs; then
+  initramfs_stale=1
+fi
+owe initramfs
 install_file /usr/local/lib/gpuhosts/vfio-override.sh 0755 <<'GPUHOSTS_EOF'
 #!/bin/sh
 # managed by gpuhosts — runs from modprobe.d before vfio-pci loads: every function of these slots goes to vfio-pci.
@@ -345,6 +355,7 @@ if [ "$initramfs_stale" = 1 ]; then
   update-initramfs -u -k all
   reboot_required=1
 fi
+settled initramfs
 
 # --- act: IOMMU kernel arguments ---------------------------------------------------------------------------
 current="$(kernel_cmdline)"

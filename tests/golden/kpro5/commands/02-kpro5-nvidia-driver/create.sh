@@ -123,6 +123,12 @@ smi_rows() {
   done
 }
 
+# owe NAME / owed NAME / settled NAME — work that must follow a change (rebuilding the initramfs) is noted on the
+# host before the change, so a run cut off in between still does it next time.
+owe() { mkdir -p "$state_dir"; : >"$state_dir/$1.owed"; }
+owed() { [ -f "$state_dir/$1.owed" ]; }
+settled() { rm -f "$state_dir/$1.owed"; }
+
 finish() {
   if [ "$reboot_required" = 1 ]; then
     mkdir -p "$root/run/gpuhosts"
@@ -175,15 +181,21 @@ GPUs (fuser -v /dev/nvidia*), or reboot, and run again"
 fi
 
 # nouveau first: while it holds a GPU the installer cannot load its module.
+initramfs_stale=0
+if owed initramfs; then
+  initramfs_stale=1
+fi
+owe initramfs
 install_file /etc/modprobe.d/gpuhosts-nouveau.conf 0644 <<'GPUHOSTS_EOF'
 # managed by gpuhosts — nouveau would claim the GPUs before the NVIDIA driver.
 blacklist nouveau
 options nouveau modeset=0
 GPUHOSTS_EOF
-if [ "$file_changed" = 1 ]; then
+if [ "$initramfs_stale" = 1 ] || [ "$file_changed" = 1 ]; then
   update-initramfs -u -k all
   reboot_required=1
 fi
+settled initramfs
 if [ -d "$root/sys/module/nouveau" ] && ! modprobe -r nouveau; then
   say "nouveau is loaded and in use; the driver installs after a reboot"
   reboot_required=1
@@ -202,8 +214,9 @@ if [ "$installed" != "$version" ]; then
   done
   mkdir -p "$state_dir" "$cache"
   if [ "${#missing[@]}" -gt 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+    # Recorded first: a run cut off during apt-get must still let teardown remove them.
     printf 'installed_packages=%s\n' "${missing[*]}" >>"$state"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
     note_change "installed ${missing[*]}"
   fi
 

@@ -123,6 +123,12 @@ smi_rows() {
   done
 }
 
+# owe NAME / owed NAME / settled NAME — work that must follow a change (rebuilding the initramfs) is noted on the
+# host before the change, so a run cut off in between still does it next time.
+owe() { mkdir -p "$state_dir"; : >"$state_dir/$1.owed"; }
+owed() { [ -f "$state_dir/$1.owed" ]; }
+settled() { rm -f "$state_dir/$1.owed"; }
+
 finish() {
   if [ "$reboot_required" = 1 ]; then
     mkdir -p "$root/run/gpuhosts"
@@ -172,10 +178,15 @@ packages=""
 if [ -f "$state" ]; then
   packages="$(sed -n 's/^installed_packages=//p' "$state" | tr '\n' ' ')"
 fi
-if [ -n "${packages// /}" ]; then
-  read -r -a package_list <<<"$packages"
+package_list=()
+for pkg in $packages; do
+  if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    package_list+=("$pkg")
+  fi
+done
+if [ "${#package_list[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get remove -y "${package_list[@]}"
-  note_change "removed $packages"
+  note_change "removed ${package_list[*]}"
 fi
 
 if [ -e "$cache/$run_file" ]; then

@@ -123,6 +123,12 @@ smi_rows() {
   done
 }
 
+# owe NAME / owed NAME / settled NAME — work that must follow a change (rebuilding the initramfs) is noted on the
+# host before the change, so a run cut off in between still does it next time.
+owe() { mkdir -p "$state_dir"; : >"$state_dir/$1.owed"; }
+owed() { [ -f "$state_dir/$1.owed" ]; }
+settled() { rm -f "$state_dir/$1.owed"; }
+
 finish() {
   if [ "$reboot_required" = 1 ]; then
     mkdir -p "$root/run/gpuhosts"

@@ -1,0 +1,197 @@
+"""The kpro5 stack against a simulated host over SSH: tree, sshd, stack file, plans, executor — in one folder.
+
+    bed = Bed.seed(tmp_path)                 # the seed's kpro5, its sshd started
+    bed.up()                                 # plan of the stack (as `gpuhosts plan` writes it), then apply
+    bed.up(moved_to_vfio(bed.values()))      # another stack: a new stack file, a new plan
+    bed.destroy()
+    bed.close()
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fakehost import host_env
+from fakehost.installer import make_fake_run
+from fakehost.tree import seed_kpro5, tree_digest
+from sshhost import SshHost
+from sshhost.executor import Executor, Run, Target, read_plan, write_plan
+
+PROJECT = Path(__file__).resolve().parents[2]
+STACK = "kpro5"
+VERSION = "580.126.09"
+A6000 = ("0000:41:00.0", "0000:61:00.0")
+RTX3090_FUNCTIONS = ("0000:01:00.0", "0000:01:00.1", "0000:21:00.0", "0000:21:00.1")
+MODEL = "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json"
+
+
+def stack_document() -> dict[str, Any]:
+    return yaml.safe_load((PROJECT / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
+
+
+def moved_to_vfio(values: dict[str, Any]) -> dict[str, Any]:
+    """The change: the second RTX A6000 leaves CT 129 for VMs."""
+    values = copy.deepcopy(values)
+    values["gpus"][3] = {"address": "0000:61:00.0", "model": "RTX A6000", "use": "vfio"}
+    return values
+
+
+@dataclass
+class Bed:
+    root: Path
+    tree: Path
+    run_file: Path
+    sha256: str
+    ssh: SshHost
+    executor: Executor
+    plans: int = 0
+    durations: dict[str, float] = field(default_factory=dict)
+
+    # --- making one ---------------------------------------------------------------------------------------------
+    @classmethod
+    def seed(cls, root: Path, run_file: Path | None = None, sha256: str | None = None, **seed_args) -> "Bed":
+        root.mkdir(parents=True, exist_ok=True)
+        tree = seed_kpro5(root / "kpro5", **seed_args)
+        return cls._open(root, tree, run_file, sha256)
+
+    @classmethod
+    def copy_of(cls, other: "Bed", root: Path) -> "Bed":
+        """A private copy of another bed's host and state, with an sshd of its own (a new port and host key)."""
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(other.tree, root / "kpro5", symlinks=True)
+        if other.executor.state_file.exists():
+            shutil.copy(other.executor.state_file, root / "state.json")
+        return cls._open(root, root / "kpro5", other.run_file, other.sha256)
+
+    @classmethod
+    def _open(cls, root: Path, tree: Path, run_file: Path | None, sha256: str | None) -> "Bed":
+        if run_file is None:
+            run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+            sha256 = make_fake_run(run_file, VERSION)
+        ssh = SshHost(tree, root / "ssh").start()
+        bed = cls(root, tree, run_file, sha256, ssh, None)  # type: ignore[arg-type]
+        stack_file = bed.write_stack(bed.values(), "Pulumi.kpro5.yaml")
+        target = Target.from_stack_file(stack_file, ssh.private_key, root / "client")
+        bed.executor = Executor(target, root / "state.json", root / "commands.log")
+        return bed
+
+    def close(self) -> None:
+        self.ssh.stop()
+
+    # --- the stack ------------------------------------------------------------------------------------------------
+    def values(self) -> dict[str, Any]:
+        """The kpro5 stack's values, aimed at this host: its sshd, its pinned key, the fake `.run`."""
+        config = stack_document()["config"]
+        values = {k.split(":", 1)[1]: copy.deepcopy(v) for k, v in config.items() if k.startswith("gpuhosts:")}
+        values["host"]["ssh"].update(host=self.ssh.host, port=self.ssh.port, user=self.ssh.user,
+                                     hostKey=self.ssh.host_key)
+        values["nvidia"].update(url=f"file://{self.run_file}", sha256=self.sha256)
+        return values
+
+    def write_stack(self, values: dict[str, Any], name: str | None = None) -> Path:
+        document = stack_document()
+        document["config"] = {f"gpuhosts:{k}": v for k, v in values.items()}
+        self.plans += 1
+        path = self.root / "stacks" / (name or f"Pulumi.kpro5-{self.plans}.yaml")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        return path
+
+    def plan(self, values: dict[str, Any] | None = None) -> Path:
+        """`gpuhosts plan kpro5 --stack-file … --out …` of these values; the plan folder."""
+        stack_file = self.write_stack(values or self.values())
+        return write_plan(STACK, stack_file, self.root / "plans" / stack_file.stem)
+
+    # --- operations ---------------------------------------------------------------------------------------------
+    def up(self, values: dict[str, Any] | None = None, plan: Path | None = None, **options) -> list[Run]:
+        """`pulumi up` of these values (or of a plan already written); options: fault, targets, on_applied."""
+        return self.executor.up(plan or self.plan(values), **options)
+
+    def destroy(self, **kwargs) -> list[Run]:
+        return self.executor.destroy(**kwargs)
+
+    # --- the host -------------------------------------------------------------------------------------------------
+    def digest(self) -> str:
+        return tree_digest(self.tree)
+
+    def driver(self, address: str) -> str:
+        link = self.tree / "sys/bus/pci/devices" / address / "driver"
+        return link.resolve().name if link.is_symlink() else ""
+
+    def text(self, path: str) -> str:
+        return (self.tree / path.lstrip("/")).read_text()
+
+    def minor(self, address: str) -> str:
+        return self.text(f"/proc/driver/nvidia/gpus/{address}/information").split("Device Minor:")[1].split()[0]
+
+    def container_devices(self, vmid: int = 129) -> list[str]:
+        return [line.split(": ", 1)[1].split(",")[0] for line in self.text(f"/etc/pve/lxc/{vmid}.conf").splitlines()
+                if line.startswith("dev") and ": " in line and line.split(":")[0][3:].isdigit()]
+
+    def on_host(self, command: str) -> subprocess.CompletedProcess:
+        """A command on the host, over SSH (as an operator would run it)."""
+        return subprocess.run(self.ssh.ssh_argv(command), capture_output=True, text=True, timeout=300)
+
+    def locally(self, argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, env=host_env(self.tree), timeout=300)
+
+    def smi_in_container(self, vmid: int = 129) -> subprocess.CompletedProcess:
+        return self.on_host(f"pct exec {vmid} -- nvidia-smi --query-gpu=pci.bus_id,driver_version --format=csv,noheader")
+
+    def ensure_scripts(self, plan: Path) -> list[tuple[str, str]]:
+        return [(r.name, r.inputs["create"]) for r in read_plan(plan) if r.type == "command:remote:Command"]
+
+    def problems(self, values: dict[str, Any] | None = None) -> list[str]:
+        """How the host differs from the state the stack declares (empty when it is there), read from the host."""
+        values = values or self.values()
+        found: list[str] = []
+        gpus = values["gpus"]
+        for gpu in gpus:
+            slot = gpu["address"].rsplit(".", 1)[0]
+            wanted = "vfio-pci" if gpu["use"] == "vfio" else "nvidia"
+            for function in (f"{slot}.0", f"{slot}.1"):
+                want = wanted if function.endswith(".0") else ("vfio-pci" if gpu["use"] == "vfio" else None)
+                have = self.driver(function)
+                if want is not None and have != want:
+                    found.append(f"{function} is on '{have}', not {want}")
+                if want is None and have == "vfio-pci":
+                    found.append(f"{function} is still on vfio-pci")
+        version_file = self.tree / "sys/module/nvidia/version"
+        if not version_file.exists() or version_file.read_text().strip() != VERSION:
+            found.append("nvidia module is not loaded at " + VERSION)
+            return found
+        in_ct = [g["address"] for g in gpus if g["use"] == "container"]
+        expected = sorted([f"/dev/nvidia{self.minor(a)}" for a in in_ct]
+                          + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+        if sorted(self.container_devices()) != expected:
+            found.append(f"CT 129 has {sorted(self.container_devices())}, not {expected}")
+        if not (self.tree / "dev/nvidia-uvm").exists():
+            found.append("/dev/nvidia-uvm is missing")
+        if "iommu=pt" not in self.text("/etc/kernel/cmdline"):
+            found.append("iommu=pt is not in /etc/kernel/cmdline")
+        smi = self.smi_in_container()
+        got = sorted(smi.stdout.replace(",", " ").split())
+        want = sorted(["0000" + a for a in in_ct] + [VERSION] * len(in_ct))  # bus ids have an 8-digit domain
+        if smi.returncode != 0 or got != want:
+            found.append(f"nvidia-smi in CT 129: {smi.returncode} {smi.stdout.strip()} {smi.stderr.strip()}")
+        return found
+
+
+def timed(function, *args, **kwargs) -> tuple[Any, float]:
+    started = time.monotonic()
+    result = function(*args, **kwargs)
+    return result, time.monotonic() - started
+
+
+def log_lines(bed: Bed) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in bed.executor.log_file.read_text().splitlines()] \
+        if bed.executor.log_file.exists() else []
