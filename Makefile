@@ -30,7 +30,7 @@ system-deps:
 		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client; }
 
 test: $(VENV)/.synced system-deps
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts=""
 
 golden: $(VENV)/.synced
 	GPUHOSTS_UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/test_golden.py
