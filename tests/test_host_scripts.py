@@ -18,7 +18,8 @@ from conftest import kpro5_values
 from fakehost import host_env
 from fakehost import kernel
 from fakehost.installer import make_fake_run
-from fakehost.tree import seed_kpro5, tree_digest
+from fakehost.tree import seed_kpro5
+from fakehost.view import HostView
 from gpuhosts.config import validate_stack
 from gpuhosts.render import Step
 
@@ -28,7 +29,7 @@ RTX3090_FUNCTIONS = ("0000:01:00.0", "0000:01:00.1", "0000:21:00.0", "0000:21:00
 
 
 @dataclass
-class Host:
+class Host(HostView):
     tree: Path
     run_file: Path
     sha256: str
@@ -55,20 +56,6 @@ class Host:
 
     def destroy(self, values: dict | None = None) -> dict[str, str]:
         return {step.name: self.apply(step, "delete") for step in reversed(self.steps(values))}
-
-    def digest(self) -> str:
-        return tree_digest(self.tree)
-
-    def driver(self, address: str) -> str:
-        link = self.tree / "sys/bus/pci/devices" / address / "driver"
-        return link.resolve().name if link.is_symlink() else ""
-
-    def text(self, path: str) -> str:
-        return (self.tree / path.lstrip("/")).read_text()
-
-    def container_devices(self, vmid: int = 129) -> list[str]:
-        return [line.split(": ", 1)[1].split(",")[0] for line in self.text(f"/etc/pve/lxc/{vmid}.conf").splitlines()
-                if line.startswith("dev") and ": " in line and line.split(":")[0][3:].isdigit()]
 
     def smi_in_container(self, vmid: int = 129) -> subprocess.CompletedProcess:
         return subprocess.run(["pct", "exec", str(vmid), "--", "nvidia-smi", "--query-gpu=pci.bus_id,driver_version",
@@ -111,7 +98,7 @@ def test_up_from_the_seed_reaches_the_kpro5_state(host):
         assert host.driver(address) == "nvidia", address
     assert host.text("/sys/module/nvidia/version").strip() == VERSION
 
-    minors = {a: host.text(f"/proc/driver/nvidia/gpus/{a}/information").split("Device Minor:")[1].split()[0] for a in A6000}
+    minors = {a: host.minor(a) for a in A6000}
     assert sorted(host.container_devices()) == sorted(
         [f"/dev/nvidia{m}" for m in minors.values()] + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
     assert (host.tree / "var/lib/lxc/129/rootfs/usr/lib/x86_64-linux-gnu" / f"libnvidia-ml.so.{VERSION}").exists()
@@ -183,7 +170,7 @@ def moved_to_vfio(host: Host) -> dict:
 
 def test_refuses_to_unbind_a_gpu_a_process_holds(converged):
     host = converged
-    minor = host.text("/proc/driver/nvidia/gpus/0000:61:00.0/information").split("Device Minor:")[1].split()[0]
+    minor = host.minor("0000:61:00.0")
     kernel.hold(host.tree, f"/dev/nvidia{minor}", command="python3", compute=True, container=129)
     refused(host, step_named(host.steps(moved_to_vfio(host)), "vfio-binding"), "holds /dev/nvidia")
 
@@ -238,7 +225,7 @@ def test_a_new_driver_version_upgrades_host_and_container_together(host):
 
 def test_driver_upgrade_refused_while_a_gpu_is_in_use(host):
     host.up(older_driver(host))
-    minor = host.text("/proc/driver/nvidia/gpus/0000:41:00.0/information").split("Device Minor:")[1].split()[0]
+    minor = host.minor("0000:41:00.0")
     kernel.hold(host.tree, f"/dev/nvidia{minor}", command="sglang", compute=True, container=129)
     refused(host, step_named(host.steps(), "nvidia-driver"), "is loaded and in use")
 

@@ -22,7 +22,8 @@ import yaml
 
 from fakehost import host_env
 from fakehost.installer import make_fake_run
-from fakehost.tree import seed_kpro5, tree_digest
+from fakehost.tree import seed_kpro5
+from fakehost.view import HostView
 from sshhost import SshHost
 from sshhost.executor import Executor, Run, Target, read_plan, write_plan
 
@@ -46,7 +47,7 @@ def moved_to_vfio(values: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class Bed:
+class Bed(HostView):
     root: Path
     tree: Path
     run_file: Path
@@ -119,24 +120,7 @@ class Bed:
     def destroy(self, **kwargs) -> list[Run]:
         return self.executor.destroy(**kwargs)
 
-    # --- the host -------------------------------------------------------------------------------------------------
-    def digest(self) -> str:
-        return tree_digest(self.tree)
-
-    def driver(self, address: str) -> str:
-        link = self.tree / "sys/bus/pci/devices" / address / "driver"
-        return link.resolve().name if link.is_symlink() else ""
-
-    def text(self, path: str) -> str:
-        return (self.tree / path.lstrip("/")).read_text()
-
-    def minor(self, address: str) -> str:
-        return self.text(f"/proc/driver/nvidia/gpus/{address}/information").split("Device Minor:")[1].split()[0]
-
-    def container_devices(self, vmid: int = 129) -> list[str]:
-        return [line.split(": ", 1)[1].split(",")[0] for line in self.text(f"/etc/pve/lxc/{vmid}.conf").splitlines()
-                if line.startswith("dev") and ": " in line and line.split(":")[0][3:].isdigit()]
-
+    # --- the host (its state is read through HostView) -------------------------------------------------------
     def on_host(self, command: str) -> subprocess.CompletedProcess:
         """A command on the host, over SSH (as an operator would run it)."""
         return subprocess.run(self.ssh.ssh_argv(command), capture_output=True, text=True, timeout=300)
