@@ -270,3 +270,19 @@ def test_the_kpro5_state_survives_a_reboot(converged):
     assert smi.returncode == 0 and smi.stdout.count(VERSION) == 2, smi.stdout + smi.stderr
     outputs = converged.up()
     assert all(out.rstrip().endswith("done: no change") for out in outputs.values()), outputs
+
+
+def test_refuses_to_take_a_gpu_from_a_running_vm_through_a_resource_mapping(tmp_path):
+    tree = seed_kpro5(tmp_path / "kpro5", vms=((101, "win-3090", "0000:01:00", True),
+                                               (104, "mapped-a6000", "0000:21:00.0", True)))
+    conf = tree / "etc/pve/qemu-server/104.conf"
+    conf.write_text(conf.read_text().replace("hostpci0: 0000:21:00.0", "hostpci0: mapping=a6000-pool"))
+    hostname = subprocess.run(["hostname"], capture_output=True, text=True, env=host_env(tree)).stdout.strip()
+    mapping = tree / "etc/pve/mapping/pci.cfg"
+    mapping.parent.mkdir(parents=True, exist_ok=True)
+    mapping.write_text("a6000-pool\n"
+                       "\tmap id=10de:2230,iommu-group=40,node=another-node,path=0000:81:00\n"
+                       f"\tmap id=10de:2230,iommu-group=41,node={hostname},path=0000:61:00\n")
+    run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    host = Host(tree, run_file, make_fake_run(run_file, VERSION))
+    refused(host, step_named(host.steps(), "vfio-binding"), "VM 104 is running with 0000:61:00 passed through")

@@ -148,11 +148,33 @@ driver_override() {
   [ "$value" = "(null)" ] || printf '%s\n' "$value"
 }
 
-# vms_using_slot SLOT — "vmid status" of every VM whose hostpciN names a function of SLOT.
+# mapped_paths NAME — the PCI paths a cluster resource mapping (`hostpciN: mapping=NAME`) gives this node.
+mapped_paths() {
+  local node
+  node="$(hostname)"
+  [ -r "$root/etc/pve/mapping/pci.cfg" ] || return 0
+  awk -v name="$1" -v node="$node" '
+    /^[^[:space:]]/ {inside = ($1 == name); next}
+    inside && $1 == "map" {
+      this = ""; paths = ""
+      n = split($2, kv, ",")
+      for (i = 1; i <= n; i++) {
+        if (kv[i] ~ /^node=/) this = substr(kv[i], 6)
+        if (kv[i] ~ /^path=/) paths = substr(kv[i], 6)
+      }
+      if (this == node) print paths
+    }' "$root/etc/pve/mapping/pci.cfg" | tr ';' ' '
+}
+
+# vms_using_slot SLOT — "vmid status" of every VM whose hostpciN names a function of SLOT, directly or through a
+# resource mapping.
 vms_using_slot() {
   local vmid status entry id
   while read -r vmid status; do
     while read -r entry; do
+      if [ "${entry#mapping=}" != "$entry" ]; then
+        entry="$(mapped_paths "${entry#mapping=}")"
+      fi
       for id in ${entry//;/ }; do
         id="$(normal_address "$id")"
         if [ "${id%.*}" = "$1" ] || [ "$id" = "$1" ]; then
@@ -168,6 +190,10 @@ vms_using_slot() {
 # Unbinding a held GPU from nvidia hangs in the kernel, so this is checked before any write.
 gpu_release_problem() {
   local address="$1" minor bus_id pid
+  if ! command -v fuser >/dev/null; then
+    printf 'fuser is missing, so nothing can tell whether a process holds GPU %s: apt-get install psmisc\n' "$address"
+    return 0
+  fi
   minor="$(gpu_minor "$address")"
   if [ "$(nvidia-smi -i "$address" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null || true)" = "Enabled" ]; then
     nvidia-smi -i "$address" -pm 0 >/dev/null 2>&1 || true
