@@ -22,7 +22,6 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 def main(argv: list[str] | None = None) -> int:
     if str(TESTS) not in sys.path:
         sys.path.insert(0, str(TESTS))
-    from fakehost import kernel
     from sshhost.bed import Bed, moved_to_vfio
     from sshhost.executor import ApplyError, CommandFailed, HostUnreachable
     from sshhost.ladder import DROPS, HALF_WAY, ORDER, bed_before, build_ladder, drop
@@ -146,11 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         refuses(vm, "VM 103 is running with 0000:41:00 passed through")
 
         pm = Bed.copy_of(ladder.bed, root / "bad-persistence")
-        kernel.set_persistence(pm.tree, "0000:61:00.0", "Enabled")
-        sticky = pm.ssh.fault_bin / "nvidia-smi"
-        sticky.write_text('#!/bin/bash\nfor a in "$@"; do [ "$a" = -pm ] && exit 0; done\n'
-                          'exec "$(PATH="${PATH#*:}"; type -P nvidia-smi)" "$@"\n')
-        sticky.chmod(0o755)
+        pm.keep_persistence_on("0000:61:00.0")
         refuses(pm, "persistence mode holds GPU 0000:61:00.0", moved_to_vfio(pm.values()))
 
         us = Bed.copy_of(ladder.bed, root / "bad-userspace")

@@ -12,7 +12,6 @@ import subprocess
 
 import pytest
 
-from fakehost import kernel
 from fakehost.tree import tree_digest
 from sshhost.bed import A6000, MODEL, RTX3090_FUNCTIONS, VERSION, Bed, moved_to_vfio
 from sshhost.executor import CommandFailed, HostUnreachable, ApplyError
@@ -170,12 +169,7 @@ def test_refuses_to_take_a_gpu_from_a_running_vm(template, tmp_path):
 
 
 def test_refuses_to_unbind_a_gpu_persistence_mode_keeps(converged):
-    kernel.set_persistence(converged.tree, "0000:61:00.0", "Enabled")
-    # A daemon turns persistence straight back on: `nvidia-smi -pm 0` does not stick.
-    sticky = converged.ssh.fault_bin / "nvidia-smi"
-    sticky.write_text('#!/bin/bash\nfor a in "$@"; do [ "$a" = -pm ] && exit 0; done\n'
-                      'exec "$(PATH="${PATH#*:}"; type -P nvidia-smi)" "$@"\n')
-    sticky.chmod(0o755)
+    converged.keep_persistence_on("0000:61:00.0")
     refused(converged, "persistence mode holds GPU 0000:61:00.0", moved_to_vfio(converged.values()))
 
 

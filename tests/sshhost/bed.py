@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from fakehost import host_env
+from fakehost import host_env, kernel
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5
 from fakehost.view import HostView
@@ -121,6 +121,14 @@ class Bed(HostView):
         return self.executor.destroy(**kwargs)
 
     # --- the host (its state is read through HostView) -------------------------------------------------------
+    def keep_persistence_on(self, address: str) -> None:
+        """Persistence mode on for a GPU, with a daemon that turns it straight back on: `nvidia-smi -pm 0` does not stick."""
+        kernel.set_persistence(self.tree, address, "Enabled")
+        sticky = self.ssh.fault_bin / "nvidia-smi"
+        sticky.write_text('#!/bin/bash\nfor a in "$@"; do [ "$a" = -pm ] && exit 0; done\n'
+                          'exec "$(PATH="${PATH#*:}"; type -P nvidia-smi)" "$@"\n')
+        sticky.chmod(0o755)
+
     def on_host(self, command: str) -> subprocess.CompletedProcess:
         """A command on the host, over SSH (as an operator would run it)."""
         return subprocess.run(self.ssh.ssh_argv(command), capture_output=True, text=True, timeout=300)
