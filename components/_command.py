@@ -27,8 +27,13 @@ def connection_args(host: HostConfig, private_key: pulumi.Input[str], *, dial_er
 
 
 def step_command(step: Step, connection: remote.ConnectionArgs, parent: pulumi.Resource,
-                 depends_on: Sequence[pulumi.Resource] = ()) -> remote.Command:
-    """create = the idempotent ensure script (re-run on any change of it); delete = its teardown, from state."""
+                 depends_on: Sequence[pulumi.Resource] = (), stdin: pulumi.Input[str] | None = None) -> remote.Command:
+    """create = the idempotent ensure script (re-run on any change of it); delete = its teardown, from state.
+
+    `stdin` carries the step's secret: a failed command's error repeats the whole command string, never its stdin.
+    """
+    if (stdin is None) != (step.stdin_secret is None):
+        raise ValueError(f"{step.name}: expects {step.stdin_secret or 'no secret'} on stdin")
     return remote.Command(
         step.name,
         connection=connection,
@@ -36,6 +41,7 @@ def step_command(step: Step, connection: remote.ConnectionArgs, parent: pulumi.R
         delete=step.delete,
         # Environment would travel as SSH setenv, which sshd refuses without AcceptEnv.
         add_previous_output_in_env=False,
+        stdin=stdin,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
     )
 

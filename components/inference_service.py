@@ -12,9 +12,13 @@ import json
 import re
 from dataclasses import dataclass
 
+import pulumi
+from pulumi_command import remote
+
+from components._command import step_command
 from gpuhosts.compat import ModelFacts, model_facts
 from gpuhosts.config import StackConfig
-from gpuhosts.render import HostFile, render
+from gpuhosts.render import HostFile, Step, render
 from gpuhosts.services import Engine, ServiceConfig, SpecMethod
 
 SERVICE_ROOT = "/opt/gpuhosts"
@@ -165,3 +169,38 @@ def render_service(service: ServiceConfig, stack: StackConfig | None = None) -> 
                                                     key_variable=SGLANG_KEY_VARIABLE), "0755")
     return ServiceFiles(unit=HostFile(f"/etc/systemd/system/{service.unit_name}", unit), launcher=launcher,
                         argv=tuple(argv), environment=environment)
+
+
+def plan_inference_service(host: str, service: ServiceConfig, stack: StackConfig) -> Step:
+    """Install the unit (and launcher, gate script, key file) in the container; start, restart or stop it."""
+    from components.gate_probe import render_gate_script
+    from components.python_env import in_container
+
+    files = render_service(service, stack)
+    gate_script = render_gate_script()
+    installed = [files.unit] + ([files.launcher] if files.launcher else []) + [gate_script]
+    model_dirs = [service.model.path] + ([service.speculative.drafter.path] if service.speculative.drafter else [])
+    unit = f"ct{service.container}-service-{service.name}"
+    secret = service.api_key_secret
+    values = dict(unit=unit, vmid=service.container, service=service, venv=venv_path(service), files=installed,
+                  restart_on=[f.path for f in installed if f is not gate_script], model_dirs=model_dirs,
+                  env_file=environment_file(service), key_variable=secret_variable(service),
+                  own_files=[files.unit.path] + ([environment_file(service)] if secret else []),
+                  shared_files=[f.path for f in installed[1:]])
+    return Step(
+        name=f"{host}-{unit}",
+        create=in_container(unit, service.container, render("container_services/service.sh.j2", **values), secret=secret),
+        delete=in_container(unit, service.container, render("container_services/service-teardown.sh.j2", **values),
+                            teardown=True),
+        files=tuple(installed),
+        stdin_secret=secret,
+        container=service.container,
+    )
+
+
+class InferenceService(pulumi.ComponentResource):
+    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs, api_key: pulumi.Input[str] | None,
+                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
+        super().__init__("gpuhosts:service:InferenceService", name, None, opts)
+        self.command = step_command(step, connection, self, depends_on or [], stdin=api_key)
+        self.register_outputs({"stdout": self.command.stdout})

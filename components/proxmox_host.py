@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pulumi
 
 from components._command import connection_args
+from components.container_services import ContainerServices, ContainerServicesPlan, plan_container_services
 from components.container_userspace import ContainerUserspace, plan_container_userspace
 from components.host_reboot import HostReboot, plan_host_reboot
 from components.lxc_gpu_passthrough import LxcGpuPassthrough, plan_container_devices, plan_uvm_at_boot
@@ -26,12 +27,15 @@ class HostPlan:
     uvm: Step | None
     container_devices: dict[int, Step]
     container_userspace: dict[int, Step]
+    container_services: dict[int, ContainerServicesPlan]
 
     @property
     def steps(self) -> list[Step]:
         ordered: list[Step | None] = [self.vfio, self.driver, *(self.reboot or ()), self.uvm]
         for vmid in sorted(self.container_devices):
             ordered += [self.container_devices[vmid], self.container_userspace[vmid]]
+            if vmid in self.container_services:
+                ordered += self.container_services[vmid].steps
         return [step for step in ordered if step is not None]
 
 
@@ -45,6 +49,7 @@ def plan_host(config: StackConfig) -> HostPlan:
         uvm=plan_uvm_at_boot(config) if containers else None,
         container_devices={c.vmid: plan_container_devices(config, c) for c in containers},
         container_userspace={c.vmid: plan_container_userspace(config, c) for c in containers},
+        container_services={c.vmid: plan for c in containers if (plan := plan_container_services(config, c))},
     )
 
 
@@ -71,14 +76,52 @@ def summarize_host(config: StackConfig) -> dict:
                 "devices": ["/dev/nvidia<minor of %s>" % gpu.address for gpu in config.container_gpus(c.vmid)]
                 + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"],
                 "userspace": driver.version if driver else None,
+                "modelStore": None if c.model_store is None else {"hostPath": c.model_store.host_path,
+                                                                  "path": c.model_store.path},
+                "services": {service.name: summarize_service(service, config) for service in config.services_in(c.vmid)},
             }
             for c in config.containers
         },
     }
 
 
+def summarize_service(service, config: StackConfig) -> dict:
+    """A service as a reviewer checks it: the derived command line and environment, not the settings."""
+    from components.drafter_config import target_layer_ids
+    from components.inference_service import engine_args, engine_environment, environment_file, venv_path
+    from components.gate_probe import gate_settings
+    from components.python_env import requirement
+    from gpuhosts.compat import model_facts
+
+    drafter = service.speculative.drafter
+    summary = {
+        "enabled": service.enabled,
+        "engine": requirement(service),
+        "unit": service.unit_name,
+        "listen": f"{service.bind}:{service.port}",
+        "gpus": list(service.gpus),
+        "venv": venv_path(service),
+        "argv": engine_args(service),
+        "environment": engine_environment(service, config),
+        "apiKey": None if service.api_key_secret is None else
+        f"gpuhosts:{service.api_key_secret} in {environment_file(service)} (0600)",
+        "weights": {spec.path: f"{spec.repo}@{spec.revision}" + (" (gated: gpuhosts:hfToken)" if getattr(spec, "gated", False) else "")
+                    for spec in (service.model, drafter) if spec is not None},
+        "weightsOn": service.weights_on.value,
+        "sharesWith": list(service.shares_with),
+        "gate": {k: v for k, v in gate_settings(service).items() if k != "base_url"} if service.enabled else None,
+    }
+    if drafter is not None and service.speculative.method.value == "dflash":
+        target = service.model.num_layers or model_facts(service.model.repo).num_layers
+        layers = drafter.num_layers or model_facts(drafter.repo).num_layers
+        summary["drafterTargetLayerIds"] = list(drafter.target_layer_ids or
+                                                (target_layer_ids(target, layers) if target and layers else []))
+    return summary
+
+
 class ProxmoxHost(pulumi.ComponentResource):
-    def __init__(self, config: StackConfig, private_key: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, config: StackConfig, private_key: pulumi.Input[str],
+                 secrets: dict[str, pulumi.Input[str]] | None = None, opts: pulumi.ResourceOptions | None = None):
         name = config.host.name
         super().__init__("gpuhosts:host:ProxmoxHost", name, None, opts)
         plan = plan_host(config)
@@ -110,5 +153,19 @@ class ProxmoxHost(pulumi.ComponentResource):
                 self.containers[vmid] = ContainerUserspace(f"{name}-ct{vmid}-userspace", step, connection, child,
                                                            depends_on=[passthrough.containers[vmid]])
 
+        gates: dict[str, pulumi.Output] = {}
+        for vmid, services in plan.container_services.items():
+            unit = ContainerServices(f"{name}-ct{vmid}-services", services, connection, secrets or {}, child,
+                                     depends_on=[self.containers[vmid].command])
+            gates.update(unit.results)
+        # Per service: where it listens and, for a running one, what its deploy gate measured.
+        self.service_outputs = {
+            service.name: {
+                "container": service.container, "enabled": service.enabled, "port": service.port,
+                "unit": service.unit_name, "gate": gates.get(service.name),
+            }
+            for service in config.services
+        }
+
         self.reboot_required = pulumi.Output.all(*reboot_sources).apply(any)
-        self.register_outputs({"rebootRequired": self.reboot_required})
+        self.register_outputs({"rebootRequired": self.reboot_required, "services": self.service_outputs})

@@ -285,15 +285,17 @@ CHECKS: dict[str, Callable[[dict, Context], list[Hit]]] = {
 
 def check_services(services: tuple[ServiceConfig, ...] | list[ServiceConfig], *,
                    drafter_configs: dict[str, dict[str, Any]] | None = None,
-                   rules: RuleFile | None = None) -> list[Finding]:
-    """Every rule against every service; `drafter_configs` maps a drafter repo to its config.json, where known."""
+                   rules: RuleFile | None = None, positions: list[int] | None = None) -> list[Finding]:
+    """Every rule against every service; `drafter_configs` maps a drafter repo to its config.json, where known;
+    `positions` are the services' indexes in the stack's list, where some entries were invalid and left out."""
     rule_file = rules or load_rules()
+    positions = positions if positions is not None else list(range(len(services)))
     ctx = Context(services=list(enumerate(services)), rules=rule_file, drafter_configs=drafter_configs or {})
     findings = []
     for rule in rule_file.rules:
         for index, detail in CHECKS[rule.check](rule.params, ctx):
             findings.append(Finding(rule=rule.id, severity=rule.severity,
-                                    path=f"{NAMESPACE}:services[{index}].{rule.field}", message=detail,
+                                    path=f"{NAMESPACE}:services[{positions[index]}].{rule.field}", message=detail,
                                     reason=" ".join(rule.reason.split()), fix=" ".join(rule.fix.split()),
                                     source=" ".join(rule.source.split())))
     return findings

@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 NAMESPACE = "gpuhosts"
-SECTIONS = ("host", "nvidia", "gpus", "containers")
-SECRET_KEYS = ("sshPrivateKey",)
+SECTIONS = ("host", "nvidia", "gpus", "containers", "services")
+# Secret keys gpuhosts itself reads; services may name more (apiKeySecret).
+SECRET_KEYS = ("sshPrivateKey", "hfToken")
 
 PCI_ADDRESS = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<slot>[01][0-9a-fA-F])\.(?P<fn>[0-7])$")
 DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
@@ -166,11 +167,28 @@ class GpuConfig(_Model):
         return self.address[:-2]
 
 
+class ModelStore(_Model):
+    host_path: str = Field(description="Directory on the host's storage holding model weights (`/tank/models`); "
+                                       "created when missing, never deleted.")
+    path: str = Field("/srv/models", description="Where it is bind-mounted in the container. Default /srv/models.")
+
+    @field_validator("host_path", "path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or ".." in value.split("/") or value.rstrip("/") in ("", "/"):
+            raise ValueError(f"{value!r} must be an absolute directory other than / and without '..'")
+        return value.rstrip("/")
+
+
 class ContainerConfig(_Model):
     vmid: int = Field(ge=100, le=999_999_999, description="The LXC container's vmid.")
     hostname: str = Field(min_length=1, description="The container's host name (checked, not set).")
     allow_restart: bool = Field(
         True, description="Restart the running container when its GPU devices change, so it sees them. Default true."
+    )
+    model_store: ModelStore | None = Field(
+        None, description="Host storage bind-mounted into the container for services with weightsOn: host, so "
+                          "weights survive a rebuild of the container. Default none."
     )
 
 
@@ -179,6 +197,13 @@ class StackConfig(_Model):
     nvidia: NvidiaConfig | None = None
     gpus: tuple[GpuConfig, ...] = ()
     containers: tuple[ContainerConfig, ...] = ()
+    # gpuhosts.services.ServiceConfig entries; typed there, which imports this module.
+    services: tuple[Any, ...] = ()
+    # Warnings of the compatibility rules (gpuhosts/compat-rules.yaml) against the services.
+    service_warnings: tuple[str, ...] = ()
+
+    def services_in(self, vmid: int) -> list[Any]:
+        return [s for s in self.services if s.container == vmid]
 
     def gpus_for(self, use: GpuUse) -> list[GpuConfig]:
         return sorted((g for g in self.gpus if g.use is use), key=lambda g: g.address)
@@ -199,7 +224,7 @@ class StackConfig(_Model):
         for index, container in enumerate(self.containers):
             if not self.container_gpus(container.vmid):
                 found.append(f"{NAMESPACE}:containers[{index}]: container {container.vmid} is declared but receives no GPU")
-        return found
+        return found + list(self.service_warnings)
 
 
 def _path(loc: tuple[Any, ...]) -> str:
@@ -271,15 +296,18 @@ def _cross_field_problems(host: HostConfig | None, nvidia: NvidiaConfig | None, 
     return problems
 
 
-def validate_stack(raw: dict[str, Any]) -> StackConfig:
+def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset()) -> StackConfig:
     """Turn the stack's `gpuhosts:*` values (namespace stripped) into a StackConfig, or raise ConfigError.
 
     Each section and each list entry is validated on its own, so one run reports every problem in the stack.
+    `secret_keys` are the keys set as secrets (`pulumi config set --secret`); services may only name those.
     """
+    from gpuhosts.services import check_stack_services, validate_service_entries
+
     problems = [
         Problem(path=f"{NAMESPACE}:{key}",
                 message="is not a gpuhosts setting" + _suggest(key, SECTIONS + SECRET_KEYS))
-        for key in sorted(raw) if key not in SECTIONS and key not in SECRET_KEYS
+        for key in sorted(raw) if key not in SECTIONS and key not in SECRET_KEYS and key not in secret_keys
     ]
 
     def section(model: type[_Model], key: str) -> Any:
@@ -300,12 +328,19 @@ def validate_stack(raw: dict[str, Any]) -> StackConfig:
     nvidia = _validate_at(NvidiaConfig, raw["nvidia"], ("nvidia",), problems) if raw.get("nvidia") is not None else None
     gpus = entries(GpuConfig, "gpus")
     containers = entries(ContainerConfig, "containers")
+    services = validate_service_entries(raw.get("services"), problems)
     if not raw.get("gpus"):
         problems.append(Problem(path=f"{NAMESPACE}:gpus", message="declares no GPU; list the host's GPUs with their `use`"))
     problems += _cross_field_problems(host, nvidia, raw.get("nvidia") is not None, gpus, containers)
     if problems:
         raise ConfigError(problems)
-    return StackConfig(host=host, nvidia=nvidia, gpus=tuple(g for _, g in gpus), containers=tuple(c for _, c in containers))
+    stack = StackConfig(host=host, nvidia=nvidia, gpus=tuple(g for _, g in gpus), containers=tuple(c for _, c in containers))
+    if not services:
+        return stack
+    service_warnings = check_stack_services(services, stack, set(secret_keys), problems)
+    if problems:
+        raise ConfigError(problems)
+    return stack.model_copy(update={"services": tuple(s for _, s in services), "service_warnings": tuple(service_warnings)})
 
 
 def _validate_at(model: type[_Model], value: Any, loc: tuple[Any, ...], problems: list[Problem]) -> Any:

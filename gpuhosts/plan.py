@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from gpuhosts.config import NAMESPACE, SECRET_KEYS, validate_stack
+from gpuhosts.config import NAMESPACE, validate_stack
+from gpuhosts.services import referenced_secrets
 
 SECRET = "[secret]"
 # How the SDK marks a secret value inside deserialized properties.
@@ -64,6 +65,17 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], set[str]]:
     return values, secure
 
 
+def stand_in_secrets(values: dict[str, Any], secure: set[str]) -> tuple[dict[str, Any], set[str], list[str]]:
+    """Values with a placeholder for every secret the stack needs but the file does not hold, all secret keys, and a
+    warning per stand-in. A stack file cannot carry a placeholder `secure:` value (the CLI would fail to decrypt
+    it), so secrets set only at deploy time are declared by being named (sshPrivateKey, apiKeySecret, hfToken)."""
+    needed = {"sshPrivateKey"} | referenced_secrets(values.get("services"))
+    missing = sorted(needed - set(values))
+    warnings = [f"{NAMESPACE}:{name} is not set in the stack file; the plan stands in for it and `pulumi up` needs it: "
+                f"pulumi config set --secret {NAMESPACE}:{name}" for name in missing]
+    return {**values, **{name: SECRET_PLACEHOLDER for name in missing}}, secure | set(missing), warnings
+
+
 def _scrub(value: Any) -> Any:
     if isinstance(value, dict):
         if value.get(SECRET_SIGNATURE) is not None:
@@ -74,8 +86,9 @@ def _scrub(value: Any) -> Any:
     return value
 
 
-def run_program(project_root: Path, stack: str, values: dict[str, Any]) -> ProgramRun:
-    """Run __main__.py under mocks with `values` as the stack's config; secrets stay marked secret."""
+def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_keys: set[str] = frozenset()) -> ProgramRun:
+    """Run __main__.py under mocks with `values` as the stack's config; `secret_keys` (and sshPrivateKey) are
+    secrets and stay marked secret."""
     import pulumi
     from pulumi.runtime import mocks as pulumi_mocks
     from pulumi.runtime import rpc
@@ -105,10 +118,10 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any]) -> Progr
             return response
 
     config = {f"{NAMESPACE}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
-    secret_keys = [f"{NAMESPACE}:{k}" for k in SECRET_KEYS]
-    for key in secret_keys:
-        config.setdefault(key, SECRET_PLACEHOLDER)
-    pulumi.runtime.set_all_config(config, secret_keys)
+    secret_names = sorted(set(secret_keys) | {"sshPrivateKey"})
+    for name in secret_names:
+        config.setdefault(f"{NAMESPACE}:{name}", SECRET_PLACEHOLDER)
+    pulumi.runtime.set_all_config(config, [f"{NAMESPACE}:{name}" for name in secret_names])
     # A fresh root stack per run, so that several runs in one process do not share resources.
     pulumi.runtime.settings.ROOT.set(None)
     mocks = Mocks()
@@ -177,9 +190,9 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
     """Validate, run the program, and write the plan into `out` (replaced whole; untouched on any error)."""
     from components.proxmox_host import plan_host
 
-    values, _secure = read_stack_file(stack_file)
-    config = validate_stack(values)
-    run = run_program(project_root, stack, values)
+    values, secure, secret_warnings = stand_in_secrets(*read_stack_file(stack_file))
+    config = validate_stack(values, secure)
+    run = run_program(project_root, stack, values, secure)
     host = config.host.name
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -193,12 +206,15 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
         ])
 
         host_dir = staging / "hosts" / host
-        for step in plan_host(config).steps:
+        steps = plan_host(config).steps
+        for step in steps:
             for file in step.files:
-                target = host_dir / file.path.lstrip("/")
+                base = host_dir if step.container is None else host_dir / "containers" / str(step.container)
+                target = base / file.path.lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(file.content)
                 target.chmod(int(file.mode, 8))
+        stdin_secrets = {step.name: step.stdin_secret for step in steps if step.stdin_secret}
         ordered = apply_order(effective_dependencies(resources))
         for index, command in enumerate(ordered, start=1):
             folder = host_dir / "commands" / f"{index:02d}-{command.name}"
@@ -211,12 +227,14 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
                 "type": command.type,
                 "waitsFor": [urn.rsplit("::", 1)[1] for urn in command.dependencies],
                 **{k: v for k, v in command.inputs.items() if k not in ("create", "update", "delete")},
+                # Which secret travels on stdin, by name; its value is never in the plan.
+                **({"stdin": f"[secret {NAMESPACE}:{stdin_secrets[command.name]}]"} if command.name in stdin_secrets else {}),
             })
 
         desired = run.outputs.get("desired")
         if desired is None:
             raise PlanError("the program exported no 'desired' output")
-        summary = {"stack": stack, "hosts": {host: desired}, "warnings": config.warnings()}
+        summary = {"stack": stack, "hosts": {host: desired}, "warnings": secret_warnings + config.warnings()}
         _dump(staging / "summary.json", summary)
 
         if SECRET_PLACEHOLDER in "".join(p.read_text() for p in staging.rglob("*") if p.is_file()):

@@ -42,6 +42,10 @@ class Step:
     delete: str
     files: tuple[HostFile, ...] = ()
     depends_on: tuple[str, ...] = field(default=())
+    # Name of the secret stack key the command receives on stdin (never in the script itself).
+    stdin_secret: str | None = None
+    # vmid of the container the files are installed in; None for the host itself.
+    container: int | None = None
 
     @property
     def digest(self) -> str:

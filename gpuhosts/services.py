@@ -113,6 +113,10 @@ class ModelSpec(_Model):
         None, ge=1, description="The model's `num_hidden_layers`; default from the known-models table of compat-rules.yaml."
     )
 
+    delete_on_destroy: bool = Field(
+        False, description="Delete the downloaded weights on `pulumi destroy`. Default false: weights are kept."
+    )
+
     @field_validator("repo")
     @classmethod
     def _repo(cls, value: str) -> str:
@@ -196,6 +200,7 @@ class ServiceConfig(_Model):
         WeightsOn.CONTAINER, description="`container` (default): weights in the container's own disk; `host`: on host "
                                          "storage bind-mounted into the container, so they survive a rebuild."
     )
+    python: str = Field("3.12", pattern=r"^3\.\d{1,2}$", description="Python of the engine's uv environment. Default 3.12.")
     tensor_parallel_size: int = Field(1, ge=1, le=16, description="GPUs one model copy is split over. Default 1.")
     gpus: tuple[str, ...] = Field(description="PCI addresses of the container's GPUs this service uses.")
     port: int = Field(ge=1024, le=65535, description="TCP port of the OpenAI-compatible API.")
@@ -312,12 +317,68 @@ def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackCon
         if drafter is not None and drafter.gated and "hfToken" not in secret_keys:
             add(index, "speculative.drafter.gated", f"{drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
                 f"`pulumi config set --secret {NAMESPACE}:hfToken`")
+        store = next((c.model_store for c in stack.containers if c.vmid == service.container), None)
+        for field, spec in (("model", service.model), ("speculative.drafter", drafter)):
+            if spec is None:
+                continue
+            on_store = store is not None and (spec.path + "/").startswith(store.path + "/")
+            if service.weights_on is WeightsOn.HOST and store is None:
+                add(index, "weightsOn", f"is host but container {service.container} has no modelStore; add "
+                    f"modelStore: {{hostPath: /tank/models}} to its entry in {NAMESPACE}:containers")
+            elif service.weights_on is WeightsOn.HOST and not on_store:
+                add(index, f"{field}.localDir", f"{spec.path} is not under the container's modelStore "
+                    f"({store.path}); put it there or set weightsOn: container")
+            elif service.weights_on is WeightsOn.CONTAINER and on_store:
+                add(index, f"{field}.localDir", f"{spec.path} lies on the host's modelStore ({store.path}); set "
+                    "weightsOn: host, or choose a directory outside it")
         for other in service.shares_with:
             if other not in names:
                 add(index, "sharesWith", f"{other!r} is not a declared service")
             elif other == service.name:
                 add(index, "sharesWith", "names the service itself")
+    downloads: dict[tuple[int, str], tuple[int, str, ModelSpec]] = {}
+    for index, service in services:
+        for field, spec in (("model", service.model), ("speculative.drafter", service.speculative.drafter)):
+            if spec is None:
+                continue
+            key = (service.container, spec.path)
+            if key not in downloads:
+                downloads[key] = (index, field, spec)
+                continue
+            first_index, first_field, first = downloads[key]
+            if (first.repo, first.revision, first.delete_on_destroy) != (spec.repo, spec.revision, spec.delete_on_destroy):
+                add(index, f"{field}.localDir", f"{spec.path} is also services[{first_index}].{first_field}'s "
+                    f"directory with {first.repo}@{first.revision}; one directory holds one download: give "
+                    "the same repo, revision and deleteOnDestroy, or another localDir")
     return problems
+
+
+def validate_service_entries(raw: Any, problems: list[Problem]) -> list[tuple[int, ServiceConfig]]:
+    """Each entry of `gpuhosts:services` on its own; problems are appended, valid entries returned with their index."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        problems.append(Problem(path=f"{NAMESPACE}:services", message="must be a list"))
+        return []
+    checked = [(i, _validate_at(ServiceConfig, item, ("services", i), problems)) for i, item in enumerate(raw)]
+    return [(i, s) for i, s in checked if s is not None]
+
+
+def check_stack_services(services: list[tuple[int, ServiceConfig]], stack: StackConfig, secret_keys: set[str],
+                         problems: list[Problem]) -> list[str]:
+    """Rules across services and against the stack, then the compatibility rules: errors are appended to
+    `problems`, warnings returned."""
+    from gpuhosts.compat import Severity, check_services
+
+    problems += _service_problems(services, stack, secret_keys)
+    found = []
+    for finding in check_services([s for _, s in services], positions=[i for i, _ in services]):
+        text = f"{finding.message} — {finding.reason} Fix: {finding.fix} [rule {finding.rule}; {finding.source}]"
+        if finding.severity is Severity.ERROR:
+            problems.append(Problem(path=finding.path, message=text))
+        else:
+            found.append(f"{finding.path}: {text}")
+    return found
 
 
 def validate_services(raw: Any, stack: StackConfig, secret_keys: set[str] | frozenset[str] = frozenset()) -> tuple[ServiceConfig, ...]:
@@ -326,14 +387,25 @@ def validate_services(raw: Any, stack: StackConfig, secret_keys: set[str] | froz
     `stack` is the already validated rest of the stack (containers and their GPUs); `secret_keys` the stack's secure
     keys, which apiKeySecret and gated drafters must name.
     """
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise ConfigError([Problem(path=f"{NAMESPACE}:services", message="must be a list")])
     problems: list[Problem] = []
-    checked = [(i, _validate_at(ServiceConfig, item, ("services", i), problems)) for i, item in enumerate(raw)]
-    services = [(i, s) for i, s in checked if s is not None]
-    problems += _service_problems(services, stack, set(secret_keys))
+    services = validate_service_entries(raw, problems)
+    if not problems:
+        problems += _service_problems(services, stack, set(secret_keys))
     if problems:
         raise ConfigError(problems)
     return tuple(s for _, s in services)
+
+
+def referenced_secrets(raw_services: Any) -> set[str]:
+    """The secret keys a raw (unvalidated) `gpuhosts:services` value names: each apiKeySecret, and hfToken for a
+    gated drafter. The program asks the engine for exactly these; the offline plan stands in for unset ones."""
+    names: set[str] = set()
+    for entry in raw_services if isinstance(raw_services, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        if isinstance(entry.get("apiKeySecret"), str):
+            names.add(entry["apiKeySecret"])
+        drafter = ((entry.get("speculative") or {}) if isinstance(entry.get("speculative"), dict) else {}).get("drafter")
+        if isinstance(drafter, dict) and drafter.get("gated") is True:
+            names.add("hfToken")
+    return names

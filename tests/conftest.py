@@ -13,6 +13,10 @@ PROJECT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+# What `pulumi config set --secret` gives kpro5 before its first `pulumi up`.
+KPRO5_SECRETS = frozenset({"sshPrivateKey", "hfToken", "llmApiKey"})
+
+
 def kpro5_values() -> dict:
     values, _secure = read_stack_file(PROJECT / "stacks" / "Pulumi.kpro5.yaml")
     return copy.deepcopy(values)

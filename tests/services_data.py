@@ -1,24 +1,20 @@
-"""The kpro5 services example (stacks/examples/kpro5-services.yaml) as data, validated against the kpro5 stack."""
+"""The kpro5 stack's services (stacks/Pulumi.kpro5.yaml) as data, validated against the rest of that stack."""
 
 from __future__ import annotations
 
 import copy
 
-from conftest import PROJECT, kpro5_values
+from conftest import KPRO5_SECRETS, kpro5_values
 from gpuhosts.config import StackConfig, validate_stack
-from gpuhosts.plan import read_stack_file
 from gpuhosts.services import ServiceConfig, validate_services
-
-EXAMPLE = PROJECT / "stacks" / "examples" / "kpro5-services.yaml"
 
 
 def example() -> tuple[list[dict], set[str]]:
-    values, secure = read_stack_file(EXAMPLE)
-    return copy.deepcopy(values["services"]), secure
+    return copy.deepcopy(kpro5_values()["services"]), set(KPRO5_SECRETS)
 
 
 def kpro5_stack() -> StackConfig:
-    return validate_stack(kpro5_values())
+    return validate_stack(kpro5_values(), KPRO5_SECRETS)
 
 
 def kpro5_services(mutate=None) -> tuple[ServiceConfig, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import kpro5_values
+from conftest import KPRO5_SECRETS, kpro5_values
 from gpuhosts.config import ConfigError, validate_stack
 
 
@@ -61,7 +61,7 @@ def test_bad_stack_is_refused_naming_the_field(case, mutate, path, words):
     values = kpro5_values()
     mutate(values)
     with pytest.raises(ConfigError) as raised:
-        validate_stack(values)
+        validate_stack(values, KPRO5_SECRETS)
     messages = [str(problem) for problem in raised.value.problems]
     matching = [m for m in messages if m.startswith(f"{path}:")]
     assert matching, f"{case}: no problem names {path}; got {messages}"
@@ -69,7 +69,7 @@ def test_bad_stack_is_refused_naming_the_field(case, mutate, path, words):
 
 
 def test_kpro5_is_valid_and_normalised():
-    config = validate_stack(kpro5_values())
+    config = validate_stack(kpro5_values(), KPRO5_SECRETS)
     assert [g.address for g in config.gpus] == ["0000:01:00.0", "0000:21:00.0", "0000:41:00.0", "0000:61:00.0"]
     assert [g.address for g in config.container_gpus(129)] == ["0000:41:00.0", "0000:61:00.0"]
     assert config.warnings() == []
@@ -79,7 +79,7 @@ def test_short_addresses_are_normalised():
     values = kpro5_values()
     values["gpus"][2]["address"] = "41:00.0"
     values["gpus"][3]["address"] = "0000:61:00.0".upper()
-    config = validate_stack(values)
+    config = validate_stack(values, KPRO5_SECRETS)
     assert [g.address for g in config.container_gpus(129)] == ["0000:41:00.0", "0000:61:00.0"]
 
 
@@ -88,7 +88,7 @@ def test_every_problem_is_reported_at_once():
     values["nvidia"]["version"] = "580"
     values["gpus"][0]["address"] = "zz"
     with pytest.raises(ConfigError) as raised:
-        validate_stack(values)
+        validate_stack(values, KPRO5_SECRETS)
     paths = {p.path for p in raised.value.problems}
     assert {"gpuhosts:nvidia.version", "gpuhosts:gpus[0].address"} <= paths
 
@@ -97,11 +97,11 @@ def test_insecure_host_key_is_allowed_but_warns():
     values = kpro5_values()
     values["host"]["ssh"].pop("hostKey")
     values["host"]["ssh"]["insecureIgnoreHostKey"] = True
-    config = validate_stack(values)
+    config = validate_stack(values, KPRO5_SECRETS)
     assert any("insecureIgnoreHostKey" in w and "not checked" in w for w in config.warnings())
 
 
 def test_container_without_gpus_warns():
     values = kpro5_values()
     values["containers"].append({"vmid": 130, "hostname": "spare"})
-    assert any("containers[1]" in w for w in validate_stack(values).warnings())
+    assert any("containers[1]" in w for w in validate_stack(values, KPRO5_SECRETS).warnings())

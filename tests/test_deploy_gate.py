@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from components.deploy_gate import (
+from components.gate_probe import (
     GateSettings,
     acceptance,
     gate_command,

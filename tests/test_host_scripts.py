@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from components.proxmox_host import plan_host
-from conftest import kpro5_values
+from conftest import KPRO5_SECRETS, kpro5_values
 from fakehost import host_env
 from fakehost import kernel
 from fakehost.installer import make_fake_run
@@ -37,10 +37,12 @@ class Host(HostView):
     def values(self) -> dict:
         values = kpro5_values()
         values["nvidia"].update(url=f"file://{self.run_file}", sha256=self.sha256)
+        # The host's own units; the services of its container are exercised in test_service_scripts.py.
+        values.pop("services")
         return values
 
     def steps(self, values: dict | None = None) -> list[Step]:
-        return plan_host(validate_stack(values or self.values())).steps
+        return plan_host(validate_stack(values or self.values(), KPRO5_SECRETS)).steps
 
     def run(self, script: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=host_env(self.tree),

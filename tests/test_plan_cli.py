@@ -44,7 +44,11 @@ def test_kpro5_summary_binds_exactly_the_3090s_and_gives_ct129_the_a6000s(tmp_pa
     assert all({"type", "name", "parent", "dependencies", "inputs"} <= set(r) for r in resources)
     commands = sorted(p.name for p in (tmp_path / "kpro5" / "hosts" / "kpro5" / "commands").iterdir())
     assert commands == ["01-kpro5-vfio-binding", "02-kpro5-nvidia-driver", "03-kpro5-nvidia-uvm-at-boot",
-                        "04-kpro5-ct129-gpu-devices", "05-kpro5-ct129-nvidia-userspace"]
+                        "04-kpro5-ct129-gpu-devices", "05-kpro5-ct129-nvidia-userspace",
+                        "06-kpro5-ct129-env-qwen-sglang", "07-kpro5-ct129-env-qwen-vllm-dflash",
+                        "08-kpro5-ct129-model-qwen3-6-27b", "09-kpro5-ct129-model-qwen3-6-27b-dflash",
+                        "10-kpro5-ct129-service-qwen-vllm-dflash", "11-kpro5-ct129-service-qwen-sglang",
+                        "12-kpro5-ct129-gate-qwen-sglang"]
 
 
 def test_two_runs_are_byte_identical(tmp_path):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import PROJECT, kpro5_values
+from conftest import KPRO5_SECRETS, PROJECT, kpro5_values
 from gpuhosts.plan import SECRET, SECRET_PLACEHOLDER, run_program
 
 EXPECTED = {
@@ -16,6 +16,14 @@ EXPECTED = {
     "kpro5-vfio-binding": ("gpuhosts:host:VfioBinding", "kpro5"),
     "kpro5-lxc-gpu-passthrough": ("gpuhosts:host:LxcGpuPassthrough", "kpro5"),
     "kpro5-ct129-userspace": ("gpuhosts:host:ContainerUserspace", "kpro5"),
+    "kpro5-ct129-services": ("gpuhosts:service:ContainerServices", "kpro5"),
+    "kpro5-ct129-services-env-qwen-sglang": ("gpuhosts:service:PythonEnv", "kpro5-ct129-services"),
+    "kpro5-ct129-services-env-qwen-vllm-dflash": ("gpuhosts:service:PythonEnv", "kpro5-ct129-services"),
+    "kpro5-ct129-services-model-qwen3-6-27b": ("gpuhosts:service:ModelDownload", "kpro5-ct129-services"),
+    "kpro5-ct129-services-model-qwen3-6-27b-dflash": ("gpuhosts:service:ModelDownload", "kpro5-ct129-services"),
+    "kpro5-ct129-services-qwen-sglang": ("gpuhosts:service:InferenceService", "kpro5-ct129-services"),
+    "kpro5-ct129-services-qwen-vllm-dflash": ("gpuhosts:service:InferenceService", "kpro5-ct129-services"),
+    "kpro5-ct129-services-gate-qwen-sglang": ("gpuhosts:service:DeployGate", "kpro5-ct129-services"),
 }
 COMMANDS = {
     # command name: (parent component, component or command it must wait for)
@@ -24,12 +32,25 @@ COMMANDS = {
     "kpro5-nvidia-uvm-at-boot": ("kpro5-lxc-gpu-passthrough", "kpro5-nvidia-driver"),
     "kpro5-ct129-gpu-devices": ("kpro5-lxc-gpu-passthrough", "kpro5-nvidia-uvm-at-boot"),
     "kpro5-ct129-nvidia-userspace": ("kpro5-ct129-userspace", "kpro5-ct129-gpu-devices"),
+    "kpro5-ct129-env-qwen-sglang": ("kpro5-ct129-services-env-qwen-sglang", "kpro5-ct129-nvidia-userspace"),
+    "kpro5-ct129-env-qwen-vllm-dflash": ("kpro5-ct129-services-env-qwen-vllm-dflash", "kpro5-ct129-nvidia-userspace"),
+    "kpro5-ct129-model-qwen3-6-27b": ("kpro5-ct129-services-model-qwen3-6-27b", "kpro5-ct129-env-qwen-sglang"),
+    "kpro5-ct129-model-qwen3-6-27b-dflash": ("kpro5-ct129-services-model-qwen3-6-27b-dflash",
+                                             "kpro5-ct129-env-qwen-vllm-dflash"),
+    # The stopped vLLM service shares the GPUs: it lets go of them before SGLang starts.
+    "kpro5-ct129-service-qwen-vllm-dflash": ("kpro5-ct129-services-qwen-vllm-dflash", [
+        "kpro5-ct129-env-qwen-vllm-dflash", "kpro5-ct129-model-qwen3-6-27b", "kpro5-ct129-model-qwen3-6-27b-dflash"]),
+    "kpro5-ct129-service-qwen-sglang": ("kpro5-ct129-services-qwen-sglang", [
+        "kpro5-ct129-env-qwen-sglang", "kpro5-ct129-model-qwen3-6-27b", "kpro5-ct129-service-qwen-vllm-dflash"]),
+    "kpro5-ct129-gate-qwen-sglang": ("kpro5-ct129-services-gate-qwen-sglang", "kpro5-ct129-service-qwen-sglang"),
 }
+# The commands that receive a secret on stdin, and which.
+STDIN = {"kpro5-ct129-model-qwen3-6-27b-dflash", "kpro5-ct129-service-qwen-sglang", "kpro5-ct129-service-qwen-vllm-dflash"}
 
 
 @pytest.fixture(scope="module")
 def run():
-    return run_program(PROJECT, "kpro5", kpro5_values())
+    return run_program(PROJECT, "kpro5", kpro5_values(), KPRO5_SECRETS)
 
 
 def by_name(run, name, type_=None):
@@ -56,7 +77,8 @@ def test_commands_parents_and_dependencies(run):
         if waits_for is None:
             assert command.dependencies == [], command.urn
         else:
-            assert command.dependencies == [by_name(run, waits_for, "command:remote:Command").urn], command.urn
+            waits = [waits_for] if isinstance(waits_for, str) else waits_for
+            assert command.dependencies == sorted(by_name(run, w, "command:remote:Command").urn for w in waits), command.urn
 
 
 def test_every_command_has_a_teardown_and_no_ssh_environment(run):
@@ -67,9 +89,10 @@ def test_every_command_has_a_teardown_and_no_ssh_environment(run):
         assert "environment" not in command.inputs, command.urn
 
 
-def test_the_ssh_connection_stays_secret(run):
+def test_the_ssh_connection_and_stdin_stay_secret(run):
     for command in (r for r in run.resources if r.type == "command:remote:Command"):
         assert command.inputs["connection"] == SECRET, command.urn
+        assert command.inputs.get("stdin") == (SECRET if command.name in STDIN else None), command.urn
     assert SECRET_PLACEHOLDER not in json.dumps([r.inputs for r in run.resources])
 
 
@@ -83,7 +106,7 @@ def test_stack_outputs(run):
 def test_allow_reboot_adds_a_waited_reboot_before_the_containers():
     values = kpro5_values()
     values["host"]["allowReboot"] = True
-    run = run_program(PROJECT, "kpro5", values)
+    run = run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)
     wait = by_name(run, "kpro5-reboot-wait", "command:remote:Command")
     reboot = by_name(run, "kpro5-reboot", "command:remote:Command")
     settle = by_name(run, "kpro5-reboot-settle", "command:local:Command")
@@ -102,4 +125,4 @@ def test_invalid_config_stops_the_program_before_any_resource():
     values = kpro5_values()
     values["gpus"][0]["address"] = "1:00.0"
     with pytest.raises(pulumi.RunError, match=r"gpuhosts:gpus\[0\]\.address"):
-        run_program(PROJECT, "kpro5", values)
+        run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROJECT, kpro5_values
+from conftest import KPRO5_SECRETS, PROJECT, kpro5_values
 from components.proxmox_host import plan_host
 from gpuhosts.config import validate_stack
 
@@ -21,15 +21,31 @@ def variants():
     host_gpu = kpro5_values()
     host_gpu["gpus"][3].update(use="host")
     host_gpu["gpus"][3].pop("container")
-    return {"kpro5": systemd_boot, "kpro5-grub-reboot": grub, "kpro5-host-gpu": host_gpu}
+    for service in host_gpu["services"]:
+        service.update(gpus=["0000:41:00.0"], tensorParallelSize=1)
+    store = kpro5_values()
+    store["containers"][0]["modelStore"] = {"hostPath": "/tank/models"}
+    for service in store["services"]:
+        service["weightsOn"] = "host"
+        service["model"]["deleteOnDestroy"] = True
+    store["services"][1]["model"]["deleteOnDestroy"] = True
+    return {"kpro5": systemd_boot, "kpro5-grub-reboot": grub, "kpro5-host-gpu": host_gpu, "kpro5-model-store": store}
+
+
+def inner_scripts(text: str) -> list[str]:
+    """Scripts a command runs inside a container: shellcheck does not read into a quoted here-document."""
+    return [part.split("\nGPUHOSTS_INNER\n", 1)[0] for part in text.split("<<'GPUHOSTS_INNER'\n")[1:]]
 
 
 def scripts():
     found = []
     for variant, values in variants().items():
-        for step in plan_host(validate_stack(values)).steps:
+        for step in plan_host(validate_stack(values, KPRO5_SECRETS)).steps:
             found.append(pytest.param(step.create, "bash", id=f"{variant}/{step.name}/create"))
             found.append(pytest.param(step.delete, "bash", id=f"{variant}/{step.name}/delete"))
+            for operation in ("create", "delete"):
+                for inner in inner_scripts(getattr(step, operation)):
+                    found.append(pytest.param(inner, "bash", id=f"{variant}/{step.name}/{operation}-in-container"))
             for file in step.files:
                 if file.content.startswith("#!/bin/sh"):
                     found.append(pytest.param(file.content, "sh", id=f"{variant}{file.path}"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kpro5_values
+from conftest import KPRO5_SECRETS, kpro5_values
 from components.proxmox_host import plan_host
 from gpuhosts.config import validate_stack
 
@@ -21,7 +21,7 @@ SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 
 
 def units():
-    files = [f for step in plan_host(validate_stack(kpro5_values())).steps for f in step.files]
+    files = [f for step in plan_host(validate_stack(kpro5_values(), KPRO5_SECRETS)).steps for f in step.files]
     return [pytest.param(f, id=f.path) for f in files if f.path.endswith(".service")]
 
 

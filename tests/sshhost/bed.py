@@ -96,6 +96,8 @@ class Bed(HostView):
         values["host"]["ssh"].update(host=self.ssh.host, port=self.ssh.port, user=self.ssh.user,
                                      hostKey=self.ssh.host_key)
         values["nvidia"].update(url=f"file://{self.run_file}", sha256=self.sha256)
+        # The host's own units; services_values() adds the container's services.
+        values.pop("services")
         return values
 
     def write_stack(self, values: dict[str, Any], name: str | None = None) -> Path:

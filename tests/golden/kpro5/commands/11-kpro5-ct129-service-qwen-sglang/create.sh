@@ -1,0 +1,612 @@
+# managed by gpuhosts — unit ct129-service-qwen-sglang; generated from templates/, do not edit on the host.
+# Runs the script below inside container 129 (pct exec), handing it llmApiKey on stdin: the
+# secret reaches this command on its stdin and never appears in a command line, a file on the host or the log.
+set -euo pipefail
+vmid=129
+status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+if [ "$status" != running ]; then
+  printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-service-qwen-sglang "$vmid" \
+    "${status:-missing}" "$vmid" >&2
+  exit 1
+fi
+secret=""
+IFS= read -r secret || true
+if [ -z "$secret" ]; then
+  printf '%s: refused: %s did not arrive on stdin; set it with pulumi config set --secret\n' ct129-service-qwen-sglang llmApiKey >&2
+  exit 1
+fi
+script="$(cat <<'GPUHOSTS_INNER'
+# managed by gpuhosts — unit ct129-service-qwen-sglang; generated from templates/, do not edit on the host.
+set -euo pipefail
+umask 022
+# Empty on a real host; the simulated host of the tests points it at its tree (docs/fakehost-contract.md).
+root="${GPUHOSTS_HOST_ROOT:-}"
+unit=ct129-service-qwen-sglang
+# shellcheck disable=SC2034  # shared by every unit; not every unit keeps state
+state_dir="$root/var/lib/gpuhosts"
+changed=0
+reboot_required=0
+file_changed=0
+
+say() { printf '%s: %s\n' "$unit" "$*"; }
+refuse() { printf '%s: refused: %s\n' "$unit" "$*" >&2; exit 1; }
+note_change() { changed=1; say "changed: $*"; }
+
+# install_file PATH MODE < content — writes only when content or mode differ; sets file_changed.
+# shellcheck disable=SC2034  # file_changed is read by the units that react to a change
+install_file() {
+  local target="$root$1" mode="$2" tmp
+  file_changed=0
+  mkdir -p "$(dirname "$target")"
+  tmp="$(mktemp "$target.gpuhosts.XXXXXX")"
+  cat >"$tmp"
+  chmod "$mode" "$tmp"
+  if [ -f "$target" ] && cmp -s "$tmp" "$target" && [ "$(stat -c %a "$target")" = "$(stat -c %a "$tmp")" ]; then
+    rm -f "$tmp"
+    return 0
+  fi
+  mv -f "$tmp" "$target"
+  file_changed=1
+  note_change "wrote $1"
+}
+
+# remove_file PATH — sets file_changed.
+# shellcheck disable=SC2034
+remove_file() {
+  file_changed=0
+  if [ -e "$root$1" ] || [ -L "$root$1" ]; then
+    rm -f "$root$1"
+    file_changed=1
+    note_change "removed $1"
+  fi
+}
+
+# sysfs_write PATH VALUE — a write to a kernel control file (driver_override, bind, unbind, drivers_probe).
+sysfs_write() {
+  printf '%s\n' "$2" >"$root$1"
+  if [ -n "${GPUHOSTS_SYSFS_HOOK:-}" ]; then
+    "$GPUHOSTS_SYSFS_HOOK" "$1"
+  fi
+}
+
+# --- host facts -------------------------------------------------------------------------------------------
+# The loaded nvidia kernel module's version, empty when none is loaded. The version is found by its shape, not
+# its column: /proc/driver/nvidia/version words it differently for the open and the proprietary module.
+module_version() {
+  if [ -r "$root/sys/module/nvidia/version" ]; then
+    cat "$root/sys/module/nvidia/version"
+  elif [ -r "$root/proc/driver/nvidia/version" ]; then
+    grep -m1 '^NVRM version:' "$root/proc/driver/nvidia/version" | grep -oE '[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2,3})?' | head -n1
+  fi
+}
+
+# The installed NVIDIA user space (the version in libnvidia-ml's file name), empty when none.
+userspace_version() {
+  local lib
+  for lib in "$root"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*.*; do
+    [ -e "$lib" ] || continue
+    printf '%s\n' "${lib##*/libnvidia-ml.so.}"
+    return 0
+  done
+}
+
+# char_major NAME — the major of a character device in /proc/devices; nvidia-uvm's is dynamic.
+char_major() {
+  awk -v name="$1" '/^Character devices:/ {c = 1; next} /^Block devices:/ {c = 0} c && $2 == name {print $1; exit}' \
+    "$root/proc/devices"
+}
+
+# gpu_minor ADDRESS — the GPU's minor under major 195, from the driver's own record (not PCI order).
+gpu_minor() {
+  local info="$root/proc/driver/nvidia/gpus/$1/information"
+  [ -r "$info" ] || return 0
+  sed -nE 's/^Device Minor:[[:space:]]*([0-9]+).*/\1/p' "$info"
+}
+
+# pci_driver ADDRESS — the driver bound to a PCI function, empty when unbound.
+pci_driver() {
+  local link="$root/sys/bus/pci/devices/$1/driver"
+  if [ -L "$link" ]; then
+    basename "$(readlink "$link")"
+  fi
+}
+
+# slot_functions SLOT — every function of a PCI slot (GPU, HDMI audio, USB-C …) that the host has.
+slot_functions() {
+  local dev
+  for dev in "$root/sys/bus/pci/devices/$1".*; do
+    [ -e "$dev" ] && basename "$dev"
+  done
+  return 0
+}
+
+# Normalise nvidia-smi's "00000000:41:00.0" and lspci's "41:00.0" to sysfs's "0000:41:00.0".
+normal_address() {
+  local id="${1,,}"
+  id="${id// /}"
+  case "$id" in
+    ????????:*) id="${id:4}" ;;
+    ??:??.?|??:??) id="0000:$id" ;;
+  esac
+  printf '%s\n' "$id"
+}
+
+# smi_rows — nvidia-smi's `--format=csv,noheader` rows whose first field is a bus id, as "address field…".
+smi_rows() {
+  local bus rest
+  while IFS=',' read -r bus rest; do
+    [ -n "$bus" ] || continue
+    rest="${rest//,/ }"
+    printf '%s %s\n' "$(normal_address "$bus")" "$(printf '%s' "$rest" | xargs)"
+  done
+}
+
+# owe NAME / owed NAME / settled NAME — work that must follow a change (rebuilding the initramfs) is noted on the
+# host before the change, so a run cut off in between still does it next time.
+owe() { mkdir -p "$state_dir"; : >"$state_dir/$1.owed"; }
+owed() { [ -f "$state_dir/$1.owed" ]; }
+settled() { rm -f "$state_dir/$1.owed"; }
+
+finish() {
+  if [ "$reboot_required" = 1 ]; then
+    mkdir -p "$root/run/gpuhosts"
+    : >"$root/run/gpuhosts/reboot-required"
+    say "reboot required"
+  fi
+  if [ "$changed" = 1 ]; then
+    say "done: changed"
+  else
+    say "done: no change"
+  fi
+}
+# Inside container 129: the systemd unit of service qwen-sglang (enabled).
+unit_name=gpuhosts-qwen-sglang.service
+enabled=true
+venv=/opt/gpuhosts/qwen-sglang/venv
+restart=0
+
+[ -x "$root$venv/bin/python" ] || refuse "$venv is missing; the service's Python environment comes first"
+[ -f "$root"/srv/models/Qwen3.6-27B/.gpuhosts-download ] || refuse "/srv/models/Qwen3.6-27B is not downloaded completely; its download comes first"
+
+install_file /etc/systemd/system/gpuhosts-qwen-sglang.service 0644 <<'GPUHOSTS_EOF'
+# managed by gpuhosts — inference service qwen-sglang; generated from templates/, do not edit in the container.
+# sglang 0.5.11 serving Qwen/Qwen3.6-27B@main on 0.0.0.0:30000
+[Unit]
+Description=gpuhosts inference service qwen-sglang (sglang 0.5.11, Qwen/Qwen3.6-27B)
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+# Type=simple is "active" as soon as the engine forks; the deploy gate polls /health for readiness.
+Type=simple
+WorkingDirectory=/opt/gpuhosts/qwen-sglang
+Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID
+Environment=CUDA_VISIBLE_DEVICES=0,1
+Environment=HF_HUB_OFFLINE=1
+Environment=SGLANG_ENABLE_SPEC_V2=1
+# The API key, and nothing else: written mode 0600 from stdin, never on a command line.
+EnvironmentFile=/etc/gpuhosts/qwen-sglang.env
+ExecStart=/opt/gpuhosts/qwen-sglang/venv/bin/python /usr/local/lib/gpuhosts/sglang-serve.py \
+    --model-path /srv/models/Qwen3.6-27B \
+    --served-model-name qwen3.6-27b \
+    --host 0.0.0.0 \
+    --port 30000 \
+    --tp-size 2 \
+    --context-length 131072 \
+    --mem-fraction-static 0.8 \
+    --reasoning-parser qwen3 \
+    --enable-metrics \
+    --speculative-algorithm NEXTN \
+    --speculative-num-steps 3 \
+    --speculative-eagle-topk 1 \
+    --speculative-num-draft-tokens 4 \
+    --mamba-scheduler-strategy extra_buffer
+Restart=on-failure
+RestartSec=15
+# Loading 27B of weights and capturing CUDA graphs takes minutes; stopping frees GPU memory in every worker.
+TimeoutStartSec=1800
+TimeoutStopSec=120
+KillMode=control-group
+LimitNOFILE=65536
+
+[Install]
+WantedBy=multi-user.target
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /usr/local/lib/gpuhosts/sglang-serve.py 0755 <<'GPUHOSTS_EOF'
+#!/usr/bin/env python3
+# managed by gpuhosts — starts SGLang's server with the API key from the environment, so that the key is in
+# neither the process's command line (/proc/PID/cmdline) nor its log.
+import logging
+import os
+import runpy
+import sys
+
+key = os.environ.pop("GPUHOSTS_API_KEY", "")
+if key:
+    sys.argv += ["--api-key", key]
+    make_record = logging.getLogRecordFactory()
+
+    def redacted(*args, **kwargs):
+        record = make_record(*args, **kwargs)
+        text = record.getMessage()
+        if key in text:
+            record.msg, record.args = text.replace(key, "[secret]"), None
+        return record
+
+    logging.setLogRecordFactory(redacted)
+sys.argv[0] = "sglang.launch_server"
+runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
+#!/usr/bin/env python3
+# managed by gpuhosts — the deploy gate of the inference services, run with a service's own Python:
+#   <venv>/bin/python /usr/local/lib/gpuhosts/deploy-gate.py SETTINGS_JSON [ENV_FILE KEY_VARIABLE]
+# It is components/gate_probe.py verbatim; the settings carry no secret (the key is read from ENV_FILE).
+"""The deploy gate's probe: after a service (re)starts, prove that it serves and that speculative decoding pays, or fail the deploy.
+
+The gate waits for `/health`, checks that `/v1/models` lists the served model, sends a smoke request, times a
+fixed streamed request for decode tokens/s, and reads the engine's Prometheus metrics for the acceptance of draft
+tokens: SGLang's gauges `sglang:spec_accept_length` / `sglang:spec_accept_rate`, or vLLM's counters
+`vllm:spec_decode_num_drafts_total`, `…num_draft_tokens_total`, `…num_accepted_tokens_total` (taken before and
+after the timed request, so earlier traffic does not count). Thresholds come from the service's `gate:` settings.
+
+This module runs in two places: imported by gpuhosts (tests, rendering) and, verbatim, as the gate script inside
+the container (templates/gate_probe/gate.py.j2); components/deploy_gate.py runs it, with the engine's own Python. So it needs only the standard
+library and `prometheus_client`, which both engines depend on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DEFAULT_MIN_ACCEPTANCE_LENGTH = 1.5
+DEFAULT_MIN_ACCEPTANCE_RATE = 0.1
+SMOKE_PROMPT = "Reply with the single word: ready"
+# Fixed, so that runs compare: long enough to reach steady decode, predictable enough for drafts to be accepted.
+TIMED_PROMPT = ("Write a Python function that returns the first n prime numbers, with a docstring and three "
+                "doctest examples, then explain in two sentences how it works.")
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    base_url: str
+    model: str
+    engine: str  # sglang | vllm
+    speculative: bool
+    min_acceptance_length: float | None = None
+    min_acceptance_rate: float | None = None
+    min_decode_tokens_per_s: float = 10.0
+    max_tokens: int = 256
+    ready_timeout_s: float = 1800.0
+    poll_interval_s: float = 5.0
+    request_timeout_s: float = 600.0
+    api_key: str | None = None
+
+    @property
+    def acceptance_length_floor(self) -> float | None:
+        if self.min_acceptance_length is not None:
+            return self.min_acceptance_length
+        return DEFAULT_MIN_ACCEPTANCE_LENGTH if self.speculative else None
+
+    @property
+    def acceptance_rate_floor(self) -> float | None:
+        if self.min_acceptance_rate is not None:
+            return self.min_acceptance_rate
+        return DEFAULT_MIN_ACCEPTANCE_RATE if self.speculative else None
+
+
+@dataclass
+class GateResult:
+    passed: bool = False
+    healthy: bool = False
+    model_listed: bool = False
+    smoke_ok: bool = False
+    decode_tokens_per_s: float | None = None
+    completion_tokens: int | None = None
+    acceptance_length: float | None = None
+    acceptance_rate: float | None = None
+    failures: list[str] = field(default_factory=list)
+
+    def outputs(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- metrics -------------------------------------------------------------------------------------------------
+
+def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of a Prometheus text exposition, by sample name (counters keep their `_total`)."""
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    return samples
+
+
+def _sum(samples: dict, name: str) -> float | None:
+    values = [v for _, v in samples.get(name, [])]
+    return sum(values) if values else None
+
+
+def _mean(samples: dict, name: str) -> float | None:
+    values = [v for _, v in samples.get(name, [])]
+    return sum(values) / len(values) if values else None
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    length: float | None
+    rate: float | None
+
+
+def acceptance(engine: str, after: str, before: str | None = None) -> Acceptance:
+    """Mean acceptance length (tokens per verify step) and draft-token acceptance rate.
+
+    SGLang reports both as gauges (averaged over its ranks). vLLM counts drafts, draft tokens and accepted tokens:
+    rate = accepted / draft tokens, length = 1 + accepted / drafts, over the difference `after - before`.
+    """
+    now = metric_samples(after)
+    if engine == "sglang":
+        return Acceptance(length=_mean(now, SGLANG_ACCEPT_LENGTH), rate=_mean(now, SGLANG_ACCEPT_RATE))
+    earlier = metric_samples(before) if before is not None else {}
+
+    def delta(name: str) -> float | None:
+        value = _sum(now, name)
+        return None if value is None else value - (_sum(earlier, name) or 0.0)
+
+    drafts, draft_tokens, accepted = delta(VLLM_DRAFTS), delta(VLLM_DRAFT_TOKENS), delta(VLLM_ACCEPTED)
+    rate = accepted / draft_tokens if accepted is not None and draft_tokens else None
+    length = 1 + accepted / drafts if accepted is not None and drafts else None
+    return Acceptance(length=length, rate=rate)
+
+
+# --- HTTP ----------------------------------------------------------------------------------------------------
+
+def _request(settings: GateSettings, path: str, body: dict | None = None, timeout: float | None = None):
+    headers = {"Content-Type": "application/json"}
+    if settings.api_key:
+        headers["Authorization"] = f"Bearer {settings.api_key}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(settings.base_url.rstrip("/") + path, data=data, headers=headers)
+    return urllib.request.urlopen(request, timeout=timeout or settings.request_timeout_s)
+
+
+def wait_healthy(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> str | None:
+    """None once /health answers 200; otherwise why not, when ready_timeout_s has passed."""
+    deadline = clock() + settings.ready_timeout_s
+    last = "no answer"
+    while True:
+        try:
+            with _request(settings, "/health", timeout=10) as response:
+                if response.status == 200:
+                    return None
+                last = f"/health answered {response.status}"
+        except urllib.error.HTTPError as error:
+            last = f"/health answered {error.code}"
+        except (urllib.error.URLError, OSError) as error:
+            last = f"/health unreachable ({getattr(error, 'reason', error)})"
+        if clock() >= deadline:
+            return f"not healthy after {settings.ready_timeout_s:g} s: {last}"
+        sleep(settings.poll_interval_s)
+
+
+def _chat_body(settings: GateSettings, prompt: str, max_tokens: int, stream: bool) -> dict:
+    body = {"model": settings.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def timed_decode(settings: GateSettings, clock=time.perf_counter) -> tuple[float | None, int]:
+    """Stream the fixed request; decode tokens/s between the first and the last token (prefill excluded)."""
+    first = last = None
+    chunks = 0
+    usage_tokens = None
+    with _request(settings, "/v1/chat/completions", _chat_body(settings, TIMED_PROMPT, settings.max_tokens, True)) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                break
+            event = json.loads(payload)
+            if event.get("usage"):
+                usage_tokens = event["usage"].get("completion_tokens")
+            for choice in event.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if delta.get("content") or delta.get("reasoning_content"):
+                    now = clock()
+                    first = now if first is None else first
+                    last = now
+                    chunks += 1
+    tokens = usage_tokens if usage_tokens is not None else chunks
+    if first is None or last is None or last <= first or tokens < 2:
+        return None, tokens
+    # With speculative decoding one chunk can carry several tokens; the usage count is the truth.
+    return (tokens - 1) / (last - first), tokens
+
+
+def run_gate(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> GateResult:
+    result = GateResult()
+    why = wait_healthy(settings, clock=clock, sleep=sleep)
+    if why is not None:
+        result.failures.append(f"engine {why}")
+        return result
+    result.healthy = True
+    try:
+        with _request(settings, "/v1/models") as response:
+            listed = [m.get("id") for m in json.load(response).get("data", [])]
+        result.model_listed = settings.model in listed
+        if not result.model_listed:
+            result.failures.append(f"/v1/models lists {listed}, not {settings.model!r}")
+        with _request(settings, "/v1/chat/completions", _chat_body(settings, SMOKE_PROMPT, 16, False)) as response:
+            message = (json.load(response).get("choices") or [{}])[0].get("message") or {}
+        result.smoke_ok = bool((message.get("content") or message.get("reasoning_content") or "").strip())
+        if not result.smoke_ok:
+            result.failures.append("the smoke request returned no text")
+        before = _metrics(settings)
+        result.decode_tokens_per_s, result.completion_tokens = timed_decode(settings)
+        after = _metrics(settings)
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        result.failures.append(f"engine stopped answering: {getattr(error, 'reason', error)}")
+        return result
+    if settings.speculative:
+        measured = acceptance(settings.engine, after, before)
+        result.acceptance_length, result.acceptance_rate = measured.length, measured.rate
+    result.failures += decide(settings, result)
+    result.passed = not result.failures
+    return result
+
+
+def _metrics(settings: GateSettings) -> str:
+    with _request(settings, "/metrics") as response:
+        return response.read().decode()
+
+
+def decide(settings: GateSettings, result: GateResult) -> list[str]:
+    """The threshold failures of a measured result."""
+    failures = []
+    if result.decode_tokens_per_s is None:
+        failures.append("decode rate not measured: the timed request produced fewer than two tokens")
+    elif result.decode_tokens_per_s < settings.min_decode_tokens_per_s:
+        failures.append(f"decode {result.decode_tokens_per_s:.1f} tokens/s < {settings.min_decode_tokens_per_s:g}")
+    if not settings.speculative:
+        return failures
+    for label, value, floor, shown in (
+            ("acceptance length", result.acceptance_length, settings.acceptance_length_floor, "{:.2f}"),
+            ("acceptance rate", result.acceptance_rate, settings.acceptance_rate_floor, "{:.1%}")):
+        if floor is None:
+            continue
+        if value is None:
+            failures.append(f"{label} not reported by /metrics (speculative decoding off, or metrics disabled)")
+        elif value < floor:
+            failures.append(f"{label} {shown.format(value)} < {shown.format(floor)}")
+    return failures
+
+
+# --- gpuhosts side -------------------------------------------------------------------------------------------
+
+def gate_settings(service: Any) -> dict[str, Any]:
+    """The gate's settings of a gpuhosts ServiceConfig, as JSON-able data (no secret: the key is read on the host)."""
+    host = "127.0.0.1" if service.bind in ("0.0.0.0", "::") else service.bind
+    gate = service.gate
+    return {
+        "base_url": f"http://{host}:{service.port}",
+        "model": service.model_name,
+        "engine": service.engine.name.value,
+        "speculative": service.speculative.method.value != "none",
+        "min_acceptance_length": gate.min_acceptance_length,
+        "min_acceptance_rate": gate.min_acceptance_rate,
+        "min_decode_tokens_per_s": gate.min_decode_tokens_per_s,
+        "max_tokens": gate.max_tokens,
+        "ready_timeout_s": gate.ready_timeout_s,
+    }
+
+
+def read_key(env_file: str | None, variable: str) -> str | None:
+    """The API key from the service's EnvironmentFile (KEY=VALUE lines), if it has one."""
+    if not env_file:
+        return None
+    try:
+        with open(env_file) as handle:
+            for line in handle:
+                key, _, value = line.strip().partition("=")
+                if key == variable:
+                    return value.strip().strip('"')
+    except FileNotFoundError:
+        return None
+    return None
+
+
+def main(settings_json: str, env_file: str | None, key_variable: str) -> int:
+    settings = GateSettings(**json.loads(settings_json), api_key=read_key(env_file, key_variable))
+    result = run_gate(settings)
+    print("GPUHOSTS_GATE " + json.dumps(result.outputs(), sort_keys=True))
+    for failure in result.failures:
+        print(f"deploy gate: failed: {failure}")
+    print("deploy gate: " + ("passed" if result.passed else "FAILED"))
+    return 0 if result.passed else 1
+
+
+GATE_SCRIPT = "/usr/local/lib/gpuhosts/deploy-gate.py"
+
+
+def render_gate_script() -> Any:
+    """The gate script the containers receive: this module's own source (see the module docstring)."""
+    from pathlib import Path
+
+    from gpuhosts.render import HostFile, render
+
+    return HostFile(GATE_SCRIPT, render("gate_probe/gate.py.j2", path=GATE_SCRIPT,
+                                        source=Path(__file__).read_text().rstrip("\n")), "0755")
+
+
+def gate_command(service: Any) -> list[str]:
+    """How the host runs the gate of one service (inside its container): no secret in it."""
+    from components.inference_service import environment_file, secret_variable, venv_path
+
+    command = [f"{venv_path(service)}/bin/python", GATE_SCRIPT, json.dumps(gate_settings(service), sort_keys=True)]
+    env_file = environment_file(service)
+    if env_file:
+        command += [env_file, secret_variable(service)]
+    return command
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1], *(sys.argv[2:4] or [None, ""])))
+GPUHOSTS_EOF
+# The API key: from stdin into a 0600 EnvironmentFile, the only place it is written.
+IFS= read -r key || true
+[ -n "$key" ] || refuse "no API key arrived for qwen-sglang"
+printf '%s=%s\n' GPUHOSTS_API_KEY "$key" | install_file /etc/gpuhosts/qwen-sglang.env 0600
+unset key
+[ "$file_changed" = 0 ] || restart=1
+if [ "$restart" = 1 ]; then
+  systemctl daemon-reload
+fi
+
+if [ "$enabled" = true ]; then
+  if ! systemctl is-enabled --quiet "$unit_name"; then
+    systemctl enable --quiet "$unit_name"
+    note_change "enabled $unit_name"
+  fi
+  if ! systemctl is-active --quiet "$unit_name"; then
+    systemctl start "$unit_name"
+    note_change "started $unit_name"
+  elif [ "$restart" = 1 ]; then
+    systemctl restart "$unit_name"
+    note_change "restarted $unit_name with its new settings"
+  fi
+  systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+  say "$unit_name is running; the deploy gate checks that it serves"
+else
+  if systemctl is-active --quiet "$unit_name"; then
+    systemctl stop "$unit_name"
+    note_change "stopped $unit_name (enabled: false)"
+  fi
+  if systemctl is-enabled --quiet "$unit_name"; then
+    systemctl disable --quiet "$unit_name"
+    note_change "disabled $unit_name"
+  fi
+  say "$unit_name is installed and stopped (enabled: false)"
+fi
+finish
+GPUHOSTS_INNER
+)"
+printf '%s\n' "$secret" | pct exec "$vmid" -- bash -c "$script" gpuhosts

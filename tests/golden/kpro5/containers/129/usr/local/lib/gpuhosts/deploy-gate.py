@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+# managed by gpuhosts — the deploy gate of the inference services, run with a service's own Python:
+#   <venv>/bin/python /usr/local/lib/gpuhosts/deploy-gate.py SETTINGS_JSON [ENV_FILE KEY_VARIABLE]
+# It is components/gate_probe.py verbatim; the settings carry no secret (the key is read from ENV_FILE).
+"""The deploy gate's probe: after a service (re)starts, prove that it serves and that speculative decoding pays, or fail the deploy.
+
+The gate waits for `/health`, checks that `/v1/models` lists the served model, sends a smoke request, times a
+fixed streamed request for decode tokens/s, and reads the engine's Prometheus metrics for the acceptance of draft
+tokens: SGLang's gauges `sglang:spec_accept_length` / `sglang:spec_accept_rate`, or vLLM's counters
+`vllm:spec_decode_num_drafts_total`, `…num_draft_tokens_total`, `…num_accepted_tokens_total` (taken before and
+after the timed request, so earlier traffic does not count). Thresholds come from the service's `gate:` settings.
+
+This module runs in two places: imported by gpuhosts (tests, rendering) and, verbatim, as the gate script inside
+the container (templates/gate_probe/gate.py.j2); components/deploy_gate.py runs it, with the engine's own Python. So it needs only the standard
+library and `prometheus_client`, which both engines depend on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DEFAULT_MIN_ACCEPTANCE_LENGTH = 1.5
+DEFAULT_MIN_ACCEPTANCE_RATE = 0.1
+SMOKE_PROMPT = "Reply with the single word: ready"
+# Fixed, so that runs compare: long enough to reach steady decode, predictable enough for drafts to be accepted.
+TIMED_PROMPT = ("Write a Python function that returns the first n prime numbers, with a docstring and three "
+                "doctest examples, then explain in two sentences how it works.")
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    base_url: str
+    model: str
+    engine: str  # sglang | vllm
+    speculative: bool
+    min_acceptance_length: float | None = None
+    min_acceptance_rate: float | None = None
+    min_decode_tokens_per_s: float = 10.0
+    max_tokens: int = 256
+    ready_timeout_s: float = 1800.0
+    poll_interval_s: float = 5.0
+    request_timeout_s: float = 600.0
+    api_key: str | None = None
+
+    @property
+    def acceptance_length_floor(self) -> float | None:
+        if self.min_acceptance_length is not None:
+            return self.min_acceptance_length
+        return DEFAULT_MIN_ACCEPTANCE_LENGTH if self.speculative else None
+
+    @property
+    def acceptance_rate_floor(self) -> float | None:
+        if self.min_acceptance_rate is not None:
+            return self.min_acceptance_rate
+        return DEFAULT_MIN_ACCEPTANCE_RATE if self.speculative else None
+
+
+@dataclass
+class GateResult:
+    passed: bool = False
+    healthy: bool = False
+    model_listed: bool = False
+    smoke_ok: bool = False
+    decode_tokens_per_s: float | None = None
+    completion_tokens: int | None = None
+    acceptance_length: float | None = None
+    acceptance_rate: float | None = None
+    failures: list[str] = field(default_factory=list)
+
+    def outputs(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- metrics -------------------------------------------------------------------------------------------------
+
+def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of a Prometheus text exposition, by sample name (counters keep their `_total`)."""
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    return samples
+
+
+def _sum(samples: dict, name: str) -> float | None:
+    values = [v for _, v in samples.get(name, [])]
+    return sum(values) if values else None
+
+
+def _mean(samples: dict, name: str) -> float | None:
+    values = [v for _, v in samples.get(name, [])]
+    return sum(values) / len(values) if values else None
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    length: float | None
+    rate: float | None
+
+
+def acceptance(engine: str, after: str, before: str | None = None) -> Acceptance:
+    """Mean acceptance length (tokens per verify step) and draft-token acceptance rate.
+
+    SGLang reports both as gauges (averaged over its ranks). vLLM counts drafts, draft tokens and accepted tokens:
+    rate = accepted / draft tokens, length = 1 + accepted / drafts, over the difference `after - before`.
+    """
+    now = metric_samples(after)
+    if engine == "sglang":
+        return Acceptance(length=_mean(now, SGLANG_ACCEPT_LENGTH), rate=_mean(now, SGLANG_ACCEPT_RATE))
+    earlier = metric_samples(before) if before is not None else {}
+
+    def delta(name: str) -> float | None:
+        value = _sum(now, name)
+        return None if value is None else value - (_sum(earlier, name) or 0.0)
+
+    drafts, draft_tokens, accepted = delta(VLLM_DRAFTS), delta(VLLM_DRAFT_TOKENS), delta(VLLM_ACCEPTED)
+    rate = accepted / draft_tokens if accepted is not None and draft_tokens else None
+    length = 1 + accepted / drafts if accepted is not None and drafts else None
+    return Acceptance(length=length, rate=rate)
+
+
+# --- HTTP ----------------------------------------------------------------------------------------------------
+
+def _request(settings: GateSettings, path: str, body: dict | None = None, timeout: float | None = None):
+    headers = {"Content-Type": "application/json"}
+    if settings.api_key:
+        headers["Authorization"] = f"Bearer {settings.api_key}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(settings.base_url.rstrip("/") + path, data=data, headers=headers)
+    return urllib.request.urlopen(request, timeout=timeout or settings.request_timeout_s)
+
+
+def wait_healthy(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> str | None:
+    """None once /health answers 200; otherwise why not, when ready_timeout_s has passed."""
+    deadline = clock() + settings.ready_timeout_s
+    last = "no answer"
+    while True:
+        try:
+            with _request(settings, "/health", timeout=10) as response:
+                if response.status == 200:
+                    return None
+                last = f"/health answered {response.status}"
+        except urllib.error.HTTPError as error:
+            last = f"/health answered {error.code}"
+        except (urllib.error.URLError, OSError) as error:
+            last = f"/health unreachable ({getattr(error, 'reason', error)})"
+        if clock() >= deadline:
+            return f"not healthy after {settings.ready_timeout_s:g} s: {last}"
+        sleep(settings.poll_interval_s)
+
+
+def _chat_body(settings: GateSettings, prompt: str, max_tokens: int, stream: bool) -> dict:
+    body = {"model": settings.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def timed_decode(settings: GateSettings, clock=time.perf_counter) -> tuple[float | None, int]:
+    """Stream the fixed request; decode tokens/s between the first and the last token (prefill excluded)."""
+    first = last = None
+    chunks = 0
+    usage_tokens = None
+    with _request(settings, "/v1/chat/completions", _chat_body(settings, TIMED_PROMPT, settings.max_tokens, True)) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                break
+            event = json.loads(payload)
+            if event.get("usage"):
+                usage_tokens = event["usage"].get("completion_tokens")
+            for choice in event.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if delta.get("content") or delta.get("reasoning_content"):
+                    now = clock()
+                    first = now if first is None else first
+                    last = now
+                    chunks += 1
+    tokens = usage_tokens if usage_tokens is not None else chunks
+    if first is None or last is None or last <= first or tokens < 2:
+        return None, tokens
+    # With speculative decoding one chunk can carry several tokens; the usage count is the truth.
+    return (tokens - 1) / (last - first), tokens
+
+
+def run_gate(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> GateResult:
+    result = GateResult()
+    why = wait_healthy(settings, clock=clock, sleep=sleep)
+    if why is not None:
+        result.failures.append(f"engine {why}")
+        return result
+    result.healthy = True
+    try:
+        with _request(settings, "/v1/models") as response:
+            listed = [m.get("id") for m in json.load(response).get("data", [])]
+        result.model_listed = settings.model in listed
+        if not result.model_listed:
+            result.failures.append(f"/v1/models lists {listed}, not {settings.model!r}")
+        with _request(settings, "/v1/chat/completions", _chat_body(settings, SMOKE_PROMPT, 16, False)) as response:
+            message = (json.load(response).get("choices") or [{}])[0].get("message") or {}
+        result.smoke_ok = bool((message.get("content") or message.get("reasoning_content") or "").strip())
+        if not result.smoke_ok:
+            result.failures.append("the smoke request returned no text")
+        before = _metrics(settings)
+        result.decode_tokens_per_s, result.completion_tokens = timed_decode(settings)
+        after = _metrics(settings)
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        result.failures.append(f"engine stopped answering: {getattr(error, 'reason', error)}")
+        return result
+    if settings.speculative:
+        measured = acceptance(settings.engine, after, before)
+        result.acceptance_length, result.acceptance_rate = measured.length, measured.rate
+    result.failures += decide(settings, result)
+    result.passed = not result.failures
+    return result
+
+
+def _metrics(settings: GateSettings) -> str:
+    with _request(settings, "/metrics") as response:
+        return response.read().decode()
+
+
+def decide(settings: GateSettings, result: GateResult) -> list[str]:
+    """The threshold failures of a measured result."""
+    failures = []
+    if result.decode_tokens_per_s is None:
+        failures.append("decode rate not measured: the timed request produced fewer than two tokens")
+    elif result.decode_tokens_per_s < settings.min_decode_tokens_per_s:
+        failures.append(f"decode {result.decode_tokens_per_s:.1f} tokens/s < {settings.min_decode_tokens_per_s:g}")
+    if not settings.speculative:
+        return failures
+    for label, value, floor, shown in (
+            ("acceptance length", result.acceptance_length, settings.acceptance_length_floor, "{:.2f}"),
+            ("acceptance rate", result.acceptance_rate, settings.acceptance_rate_floor, "{:.1%}")):
+        if floor is None:
+            continue
+        if value is None:
+            failures.append(f"{label} not reported by /metrics (speculative decoding off, or metrics disabled)")
+        elif value < floor:
+            failures.append(f"{label} {shown.format(value)} < {shown.format(floor)}")
+    return failures
+
+
+# --- gpuhosts side -------------------------------------------------------------------------------------------
+
+def gate_settings(service: Any) -> dict[str, Any]:
+    """The gate's settings of a gpuhosts ServiceConfig, as JSON-able data (no secret: the key is read on the host)."""
+    host = "127.0.0.1" if service.bind in ("0.0.0.0", "::") else service.bind
+    gate = service.gate
+    return {
+        "base_url": f"http://{host}:{service.port}",
+        "model": service.model_name,
+        "engine": service.engine.name.value,
+        "speculative": service.speculative.method.value != "none",
+        "min_acceptance_length": gate.min_acceptance_length,
+        "min_acceptance_rate": gate.min_acceptance_rate,
+        "min_decode_tokens_per_s": gate.min_decode_tokens_per_s,
+        "max_tokens": gate.max_tokens,
+        "ready_timeout_s": gate.ready_timeout_s,
+    }
+
+
+def read_key(env_file: str | None, variable: str) -> str | None:
+    """The API key from the service's EnvironmentFile (KEY=VALUE lines), if it has one."""
+    if not env_file:
+        return None
+    try:
+        with open(env_file) as handle:
+            for line in handle:
+                key, _, value = line.strip().partition("=")
+                if key == variable:
+                    return value.strip().strip('"')
+    except FileNotFoundError:
+        return None
+    return None
+
+
+def main(settings_json: str, env_file: str | None, key_variable: str) -> int:
+    settings = GateSettings(**json.loads(settings_json), api_key=read_key(env_file, key_variable))
+    result = run_gate(settings)
+    print("GPUHOSTS_GATE " + json.dumps(result.outputs(), sort_keys=True))
+    for failure in result.failures:
+        print(f"deploy gate: failed: {failure}")
+    print("deploy gate: " + ("passed" if result.passed else "FAILED"))
+    return 0 if result.passed else 1
+
+
+GATE_SCRIPT = "/usr/local/lib/gpuhosts/deploy-gate.py"
+
+
+def render_gate_script() -> Any:
+    """The gate script the containers receive: this module's own source (see the module docstring)."""
+    from pathlib import Path
+
+    from gpuhosts.render import HostFile, render
+
+    return HostFile(GATE_SCRIPT, render("gate_probe/gate.py.j2", path=GATE_SCRIPT,
+                                        source=Path(__file__).read_text().rstrip("\n")), "0755")
+
+
+def gate_command(service: Any) -> list[str]:
+    """How the host runs the gate of one service (inside its container): no secret in it."""
+    from components.inference_service import environment_file, secret_variable, venv_path
+
+    command = [f"{venv_path(service)}/bin/python", GATE_SCRIPT, json.dumps(gate_settings(service), sort_keys=True)]
+    env_file = environment_file(service)
+    if env_file:
+        command += [env_file, secret_variable(service)]
+    return command
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1], *(sys.argv[2:4] or [None, ""])))

@@ -1,0 +1,23 @@
+#!/usr/bin/env python3
+# managed by gpuhosts — starts SGLang's server with the API key from the environment, so that the key is in
+# neither the process's command line (/proc/PID/cmdline) nor its log.
+import logging
+import os
+import runpy
+import sys
+
+key = os.environ.pop("GPUHOSTS_API_KEY", "")
+if key:
+    sys.argv += ["--api-key", key]
+    make_record = logging.getLogRecordFactory()
+
+    def redacted(*args, **kwargs):
+        record = make_record(*args, **kwargs)
+        text = record.getMessage()
+        if key in text:
+            record.msg, record.args = text.replace(key, "[secret]"), None
+        return record
+
+    logging.setLogRecordFactory(redacted)
+sys.argv[0] = "sglang.launch_server"
+runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
