@@ -302,12 +302,15 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     Each section and each list entry is validated on its own, so one run reports every problem in the stack.
     `secret_keys` are the keys set as secrets (`pulumi config set --secret`); services may only name those.
     """
-    from gpuhosts.services import check_stack_services, validate_service_entries
+    from gpuhosts.services import check_stack_services, referenced_secrets, validate_service_entries
 
+    secret_names = set(SECRET_KEYS) | referenced_secrets(raw.get("services"))
     problems = [
         Problem(path=f"{NAMESPACE}:{key}",
-                message="is not a gpuhosts setting" + _suggest(key, SECTIONS + SECRET_KEYS))
-        for key in sorted(raw) if key not in SECTIONS and key not in SECRET_KEYS and key not in secret_keys
+                message=f"holds a secret as plain text; remove it and run `pulumi config set --secret {NAMESPACE}:{key}`"
+                if key in secret_names else "is not a gpuhosts setting" + _suggest(key, SECTIONS + SECRET_KEYS))
+        for key in sorted(raw)
+        if key not in SECTIONS and key not in secret_keys and raw[key] is not None
     ]
 
     def section(model: type[_Model], key: str) -> Any:

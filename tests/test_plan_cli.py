@@ -58,16 +58,59 @@ def test_two_runs_are_byte_identical(tmp_path):
     assert not filecmp.dircmp(tmp_path / "a", tmp_path / "b").diff_files
 
 
+def test_kpro5_summary_shows_both_services_with_derived_flags(tmp_path):
+    result = plan("kpro5", "--out", str(tmp_path / "kpro5"))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "kpro5" / "summary.json").read_text())
+    services = summary["hosts"]["kpro5"]["containers"]["129"]["services"]
+    assert sorted(services) == ["qwen-sglang", "qwen-vllm-dflash"]
+    sglang, vllm = services["qwen-sglang"], services["qwen-vllm-dflash"]
+    assert (sglang["enabled"], sglang["engine"], sglang["listen"]) == (True, "sglang[all]==0.5.11", "0.0.0.0:30000")
+    flags = " ".join(sglang["argv"])
+    assert ("--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4 --mamba-scheduler-strategy extra_buffer") in flags
+    assert sglang["environment"]["SGLANG_ENABLE_SPEC_V2"] == "1"
+    assert sglang["gate"]["min_acceptance_length"] == 2.0 and sglang["gate"]["min_decode_tokens_per_s"] == 20
+    assert (vllm["enabled"], vllm["listen"], vllm["gate"]) == (False, "0.0.0.0:8000", None)
+    assert vllm["drafterTargetLayerIds"] == [1, 16, 31, 46, 61]
+    assert vllm["environment"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert '"method":"dflash"' in " ".join(vllm["argv"])
+    assert "gated: gpuhosts:hfToken" in vllm["weights"]["/srv/models/Qwen3.6-27B-DFlash"]
+    # Secrets set only with the CLI are named, stood in for, and announced.
+    for name in ("hfToken", "llmApiKey", "sshPrivateKey"):
+        assert any(w.startswith(f"gpuhosts:{name} is not set in the stack file") for w in summary["warnings"]), name
+        assert f"gpuhosts:{name} is not set" in result.stderr
+    stdin = {p.parent.name: json.loads(p.read_text()).get("stdin")
+             for p in (tmp_path / "kpro5" / "hosts" / "kpro5" / "commands").glob("*/resource.json")}
+    assert {k: v for k, v in stdin.items() if v} == {
+        "09-kpro5-ct129-model-qwen3-6-27b-dflash": "[secret gpuhosts:hfToken]",
+        "10-kpro5-ct129-service-qwen-vllm-dflash": "[secret gpuhosts:llmApiKey]",
+        "11-kpro5-ct129-service-qwen-sglang": "[secret gpuhosts:llmApiKey]"}
+
+
 def test_secrets_from_the_stack_file_never_reach_the_plan(tmp_path):
     document = yaml.safe_load((PROJECT / "stacks" / "Pulumi.kpro5.yaml").read_text())
-    document["config"]["gpuhosts:sshPrivateKey"] = {"secure": "v1:ZmFrZS1jaXBoZXJ0ZXh0LW9mLWEta2V5"}
+    for name in ("sshPrivateKey", "hfToken", "llmApiKey"):
+        document["config"][f"gpuhosts:{name}"] = {"secure": f"v1:ZmFrZS1jaXBoZXJ0ZXh0LW9m{name}"}
     stack_file = tmp_path / "Pulumi.kpro5.yaml"
     stack_file.write_text(yaml.safe_dump(document))
     result = plan("kpro5", "--stack-file", str(stack_file), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
+    assert "is not set in the stack file" not in result.stderr
     text = "".join(p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert "ZmFrZS1jaXBoZXJ0ZXh0" not in text and "placeholder" not in text
     assert '"connection": "[secret]"' in text
+
+
+def test_a_secret_in_plain_text_is_refused_without_echoing_it(tmp_path):
+    document = yaml.safe_load((PROJECT / "stacks" / "Pulumi.kpro5.yaml").read_text())
+    document["config"]["gpuhosts:hfToken"] = "hf_plainTextTokenValue"
+    stack_file = tmp_path / "Pulumi.kpro5.yaml"
+    stack_file.write_text(yaml.safe_dump(document))
+    result = plan("kpro5", "--stack-file", str(stack_file), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "gpuhosts:hfToken: holds a secret as plain text" in result.stderr
+    assert "hf_plainTextTokenValue" not in result.stderr + result.stdout and not (tmp_path / "out").exists()
 
 
 def test_invalid_stack_fails_with_the_field_and_writes_nothing(tmp_path):

@@ -126,3 +126,29 @@ def test_invalid_config_stops_the_program_before_any_resource():
     values["gpus"][0]["address"] = "1:00.0"
     with pytest.raises(pulumi.RunError, match=r"gpuhosts:gpus\[0\]\.address"):
         run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)
+
+
+def test_services_output_names_each_service_and_its_gate():
+    services = run_program(PROJECT, "kpro5", kpro5_values(), KPRO5_SECRETS).outputs["services"]
+    assert services["qwen-sglang"] == {"container": 129, "enabled": True, "port": 30000,
+                                       "unit": "gpuhosts-qwen-sglang.service", "gate": None}
+    assert services["qwen-vllm-dflash"]["enabled"] is False and services["qwen-vllm-dflash"]["gate"] is None
+
+
+def test_secret_values_reach_commands_only_as_secret_stdin():
+    values = {**kpro5_values(), "hfToken": "hf_ProgramTestToken0042", "llmApiKey": "sk-program-test-key-0042",
+              "sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY----- program-test"}
+    run = run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)
+    recorded = json.dumps([r.inputs for r in run.resources]) + json.dumps(run.outputs, default=str)
+    for value in ("hf_ProgramTestToken0042", "sk-program-test-key-0042", "program-test"):
+        assert value not in recorded
+
+
+def test_an_api_key_set_without_secret_stops_the_program():
+    import pulumi
+
+    values = {**kpro5_values(), "llmApiKey": "sk-plain-program-key"}
+    with pytest.raises(pulumi.RunError, match=r"gpuhosts:services\[0\]\.apiKeySecret: gpuhosts:llmApiKey is not a "
+                                              r"secret of this stack") as caught:
+        run_program(PROJECT, "kpro5", values, KPRO5_SECRETS - {"llmApiKey"})
+    assert "sk-plain-program-key" not in str(caught.value)

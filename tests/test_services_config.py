@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhosts.config import ConfigError
-from gpuhosts.services import Engine, SpecMethod, validate_services
+from conftest import KPRO5_SECRETS
+from gpuhosts.config import ConfigError, validate_stack
+from gpuhosts.services import Engine, SpecMethod, referenced_secrets, validate_services
 from services_data import example, kpro5_services, kpro5_stack
 
 
@@ -107,3 +108,74 @@ def test_every_problem_is_reported_at_once():
 
 def test_no_services_is_valid():
     assert validate_services(None, kpro5_stack()) == ()
+
+
+def stack_entry(values: dict, index: int = 0) -> dict:
+    return values["services"][index]
+
+
+def with_store(values: dict) -> None:
+    values["containers"][0]["modelStore"] = {"hostPath": "/tank/models"}
+
+
+STACK_BAD = [
+    ("weights on host without a store", lambda v: stack_entry(v).update(weightsOn="host"),
+     "gpuhosts:services[0].weightsOn", "has no modelStore"),
+    ("weights on host outside the store", lambda v: (with_store(v), stack_entry(v).update(weightsOn="host"),
+                                                     stack_entry(v)["model"].update(localDir="/opt/m")),
+     "gpuhosts:services[0].model.localDir", "not under the container's modelStore"),
+    ("container weights inside the store", with_store, "gpuhosts:services[0].model.localDir", "set weightsOn: host"),
+    ("one directory, two revisions", lambda v: stack_entry(v, 1)["model"].update(revision="v2"),
+     "gpuhosts:services[1].model.localDir", "one directory holds one download"),
+    ("a compatibility error stops the stack", lambda v: stack_entry(v)["engine"].update(version="0.5.9"),
+     "gpuhosts:services[0].engine.version", "rule sglang-qwen3.6-min-version"),
+    ("an unknown container", lambda v: stack_entry(v).update(container=130), "gpuhosts:services[0].container",
+     "not declared"),
+]
+
+
+@pytest.mark.parametrize("case,mutate,path,words", STACK_BAD, ids=[case for case, *_ in STACK_BAD])
+def test_bad_service_in_the_stack_is_refused_naming_the_field(kpro5, case, mutate, path, words):
+    mutate(kpro5)
+    with pytest.raises(ConfigError) as caught:
+        validate_stack(kpro5, KPRO5_SECRETS)
+    matching = [p for p in caught.value.problems if p.path == path]
+    assert matching, f"no problem at {path}: {caught.value}"
+    assert any(words in p.message for p in matching), str(caught.value)
+
+
+def test_weights_on_host_storage_are_valid_under_the_store(kpro5):
+    with_store(kpro5)
+    for service in kpro5["services"]:
+        service["weightsOn"] = "host"
+    config = validate_stack(kpro5, KPRO5_SECRETS)
+    assert config.containers[0].model_store.path == "/srv/models"
+    assert {s.weights_on.value for s in config.services} == {"host"}
+
+
+def test_a_service_field_error_is_reported_with_the_host_errors(kpro5):
+    kpro5["host"]["ssh"]["port"] = 0
+    stack_entry(kpro5)["port"] = 1
+    with pytest.raises(ConfigError) as caught:
+        validate_stack(kpro5, KPRO5_SECRETS)
+    assert {"gpuhosts:host.ssh.port", "gpuhosts:services[0].port"} <= {p.path for p in caught.value.problems}
+
+
+def test_a_secret_given_as_plain_config_is_refused(kpro5):
+    kpro5["llmApiKey"] = "plain-text-key"
+    with pytest.raises(ConfigError) as caught:
+        validate_stack(kpro5, KPRO5_SECRETS - {"llmApiKey"})
+    (problem,) = [p for p in caught.value.problems if p.path == "gpuhosts:llmApiKey"]
+    assert "pulumi config set --secret gpuhosts:llmApiKey" in problem.message
+    assert "plain-text-key" not in str(caught.value)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (None, set()),
+    ("not a list", set()),
+    ([{"apiKeySecret": "llmApiKey"}], {"llmApiKey"}),
+    ([{"speculative": {"drafter": {"gated": True}}}], {"hfToken"}),
+    ([{"speculative": {"drafter": {"gated": False}}}, {"apiKeySecret": 3}], set()),
+])
+def test_referenced_secrets(raw, expected):
+    assert referenced_secrets(raw) == expected
