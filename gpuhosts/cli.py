@@ -34,7 +34,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     hosts = ", ".join(summary["hosts"])
     print(f"plan of stack {args.stack} ({hosts}) written to {out}")
+    for line in service_lines(summary):
+        print(line)
     return 0
+
+
+def service_lines(summary: dict) -> list[str]:
+    """One paragraph per service: where it runs, the engine build, and its derived command line."""
+    lines = []
+    for host, desired in summary["hosts"].items():
+        for vmid, container in (desired.get("containers") or {}).items():
+            for name, service in (container.get("services") or {}).items():
+                state = "enabled" if service["enabled"] else "installed stopped"
+                lines.append(f"  {host} ct{vmid} {name} ({state}): {service['engine']} on {service['listen']}")
+                lines.append("    " + " ".join(service["argv"]))
+                if service.get("drafterTargetLayerIds"):
+                    lines.append(f"    drafter target_layer_ids {service['drafterTargetLayerIds']}")
+    return lines
 
 
 if __name__ == "__main__":
