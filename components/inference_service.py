@@ -186,7 +186,8 @@ def plan_inference_service(host: str, service: ServiceConfig, stack: StackConfig
                   restart_on=[f.path for f in installed if f is not gate_script], model_dirs=model_dirs,
                   env_file=environment_file(service), key_variable=secret_variable(service),
                   own_files=[files.unit.path] + ([environment_file(service)] if secret else []),
-                  shared_files=[f.path for f in installed[1:]])
+                  shared_files=[SGLANG_LAUNCHER, gate_script.path],
+                  own_dirs=[ENV_DIR, SGLANG_LAUNCHER.rsplit("/", 1)[0]])
     return Step(
         name=f"{host}-{unit}",
         create=in_container(unit, service.container, render("container_services/service.sh.j2", **values), secret=secret),

@@ -22,7 +22,8 @@ from conftest import KPRO5_SECRETS, kpro5_values
 from engine_standin import Engine, start_engine
 from fakehost import host_env
 from fakehost.installer import make_fake_run
-from fakehost.tree import seed_kpro5, tree_digest
+from fakehost.tree import seed_kpro5, tree_digest, tree_listing
+from fakehost.util import configure
 from gpuhosts.config import validate_stack
 from gpuhosts.render import Step
 
@@ -92,15 +93,8 @@ class Host:
     def ct(self, path: str) -> Path:
         return self.tree / CT / path.lstrip("/")
 
-    def settings(self, **changes) -> None:
-        path = self.tree / "var/lib/fakehost/settings.json"
-        settings = json.loads(path.read_text())
-        for key, value in changes.items():
-            if value is None:
-                settings.pop(key, None)
-            else:
-                settings[key] = value
-        path.write_text(json.dumps(settings, indent=2) + "\n")
+    def settings(self, **knobs) -> None:
+        configure(self.tree, **knobs)
 
     def hf_log(self) -> list[str]:
         log = self.tree / "var/log/fakehost/hf.log"
@@ -174,12 +168,14 @@ def test_up_builds_envs_downloads_units_and_passes_the_gate(host, engine):
 
 def test_second_up_changes_nothing_and_no_secret_leaks(host, engine):
     first = host.up()
-    digest = tree_digest(host.tree)
+    listing = tree_listing(host.tree)
     second = host.up()
     for name, output in second.items():
         if "-gate-" not in name:
             assert "done: no change" in output, f"{name}:\n{output}"
-    assert tree_digest(host.tree) == digest
+    after = tree_listing(host.tree)
+    assert {k: v for k, v in after.items() if listing.get(k) != v} == {}
+    assert set(listing) == set(after)
     assert [line for line in host.hf_log() if "fetched=0" not in line][2:] == []
     assert secrets_found(host, list(first.values()) + list(second.values())) == []
     assert not list((host.tree / CT / "run/gpuhosts").glob("hf-token*"))
@@ -204,9 +200,10 @@ def test_a_drafter_trained_on_other_layers_is_refused(host):
         host.apply(step)
     drafter = "z-lab/Qwen3.6-27B-DFlash"
     registry = json.loads((host.tree / "var/lib/fakehost/settings.json").read_text()).get("hf_repos") or {}
-    host.settings(hf_repos={**registry, drafter: {"gated": True, "config": {
-        "num_hidden_layers": 5, "dflash_config": {"target_layer_ids": [2, 17, 32, 47, 62], "block_size": 16},
-        "layer_types": ["sliding_attention"] * 4 + ["full_attention"]}}})
+    config = {"num_hidden_layers": 5, "dflash_config": {"target_layer_ids": [2, 17, 32, 47, 62], "block_size": 16},
+              "layer_types": ["sliding_attention"] * 4 + ["full_attention"]}
+    host.settings(hf_repos={**registry, drafter: {"gated": True, "files": {
+        "config.json": json.dumps(config), "model.safetensors": 4096}}})
     result = host.run(host.step("-model-qwen3-6-27b-dflash"))
     assert result.returncode == 1
     assert "[2, 17, 32, 47, 62] differ from [1, 16, 31, 46, 61]" in result.stderr
@@ -241,15 +238,17 @@ def test_switching_the_enabled_service_stops_the_other_first(host, engine):
 
 
 def test_destroy_removes_what_it_added_and_keeps_the_weights(host, engine):
-    before = tree_digest(host.tree, exclude=("run", "proc/sys/kernel/random/boot_id", f"{CT}/srv/models"))
+    kept = ("run", "proc/sys/kernel/random/boot_id", "var/log/fakehost", f"{CT}/run", f"{CT}/srv/models")
+    before = tree_listing(host.tree, exclude=kept)
     host.up()
     outputs = host.destroy()
     assert "keeping /srv/models/Qwen3.6-27B" in outputs["kpro5-ct129-model-qwen3-6-27b"]
     assert json.loads(host.ct("/srv/models/Qwen3.6-27B/config.json").read_text())["num_hidden_layers"] == 64
     assert host.ct("/srv/models/Qwen3.6-27B-DFlash/config.json").exists()
     assert not host.ct("/opt/gpuhosts").exists() or not any(host.ct("/opt/gpuhosts").iterdir())
-    assert tree_digest(host.tree, exclude=("run", "proc/sys/kernel/random/boot_id", f"{CT}/srv/models",
-                                           f"{CT}/opt/gpuhosts")) == before
+    after = tree_listing(host.tree, exclude=kept)
+    assert {k: v for k, v in after.items() if before.get(k) != v} == {}
+    assert set(before) == set(after)
     second = host.destroy()
     assert all("done: no change" in out or "nothing to remove" in out for out in second.values()), second
 

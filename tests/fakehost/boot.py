@@ -40,6 +40,8 @@ def _load(r, mod, conf, stage):
 
 
 def power_off(r):
+    for vmid in pve.vmids(r, pve.CT):
+        pve.ct_power_off(r, vmid)
     shutil.rmtree(r / "run", ignore_errors=True)
     (r / "run").mkdir()
     for a in kernel.pci_devices(r):

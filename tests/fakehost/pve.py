@@ -2,6 +2,10 @@
 
 A container's disk is ``var/lib/lxc/<vmid>/rootfs``. ``pct start`` records the device nodes the
 container got (``run/lxc/<vmid>.devices``): devN entries added later are seen only after a restart.
+Bind mounts (``mpN: /host/path,mp=/ct/path``) are symlinks in the rootfs to the host path while the container
+runs (also when set on a running one); a directory they cover is moved aside to ``<path>.fakehost-shadowed``
+until the mount goes. ``run/lxc/<vmid>.mounts`` lists what is mounted. The container's own ``run/`` is its
+tmpfs: stopping the container clears it, and starting it starts its enabled units.
 """
 import json
 import os
@@ -91,6 +95,74 @@ def ct_devices(r, vmid) -> list:
     return [v.split(",")[0] for k, v in sorted(read_conf(r, CT, vmid)[1].items()) if re.fullmatch(r"dev\d+", k)]
 
 
+def parse_mp(key, val):
+    """(host path, container path) of a bind mount; None for a storage volume (not simulated)."""
+    parts = val.split(",")
+    opts = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+    source, target = parts[0].removeprefix("volume="), opts.get("mp")
+    if not target:
+        raise Fail(f"400 Parameter verification failed.\n{key}: invalid format - format error\n"
+                   f"{key}.mp: property is missing and it is not optional", 255)
+    if not target.startswith("/") or ".." in target.split("/"):
+        raise Fail(f"400 Parameter verification failed.\n{key}: invalid format - invalid path: {target}", 255)
+    return (source, target) if source.startswith("/") else None
+
+
+def ct_binds(r, vmid) -> dict:
+    return {k: m for k, v in read_conf(r, CT, vmid)[1].items()
+            if re.fullmatch(r"mp\d+", k) and (m := parse_mp(k, v))}
+
+
+def _mounts_file(r, vmid):
+    return r / f"run/lxc/{vmid}.mounts"
+
+
+def mount(r, vmid, key, source, target) -> dict:
+    link = ct_root(r, vmid) / target.lstrip("/")
+    shadow = link.with_name(link.name + ".fakehost-shadowed")
+    shadowed = os.path.lexists(link)
+    if shadowed:
+        link.rename(shadow)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    # relative, so that a copied tree mounts its own host path
+    os.symlink(os.path.relpath(r.resolve() / source.lstrip("/"), link.parent.resolve()), link)
+    return {"key": key, "source": source, "target": target, "shadowed": shadowed}
+
+
+def unmount(r, vmid, m):
+    link = ct_root(r, vmid) / m["target"].lstrip("/")
+    if link.is_symlink():
+        link.unlink()
+    shadow = link.with_name(link.name + ".fakehost-shadowed")
+    if m["shadowed"] and os.path.lexists(shadow):
+        shadow.rename(link)
+
+
+def sync_mounts(r, vmid, want: dict):
+    """Mounts what ``want`` ({key: (source, target)}) has and the container lacks; unmounts the rest."""
+    p = _mounts_file(r, vmid)
+    have = json.loads(p.read_text()) if p.exists() else []
+    keep = []
+    for m in reversed(have):  # inner mounts first
+        if want.get(m["key"]) == (m["source"], m["target"]):
+            keep.insert(0, m)
+        else:
+            unmount(r, vmid, m)
+    for key, (source, target) in sorted(want.items(), key=lambda kv: kv[1][1]):
+        if key not in {m["key"] for m in keep}:
+            keep.append(mount(r, vmid, key, source, target))
+    if keep:
+        write(p, json.dumps(keep) + "\n")
+    else:
+        p.unlink(missing_ok=True)
+
+
+def ct_power_off(r, vmid):
+    """What goes with the container's processes: its mounts and its tmpfs."""
+    sync_mounts(r, vmid, {})
+    shutil.rmtree(ct_root(r, vmid) / "run", ignore_errors=True)
+
+
 def ct_start(r, vmid):
     if ct_running(r, vmid):
         raise Fail(f"CT {vmid} already running", 255)
@@ -100,13 +172,25 @@ def ct_start(r, vmid):
         if not node.exists():
             raise Fail(f"Device {path} does not exist\nstartup for container '{vmid}' failed", 255)
         seen.append([path, node.read_text().strip()])
+    binds = ct_binds(r, vmid)
+    for source, target in binds.values():
+        if not (r / source.lstrip("/")).exists():
+            raise Fail(f"lxc-start: {vmid}: ../src/lxc/conf.c: mount_entry: 2453 No such file or directory - Failed to "
+                       f"mount \"{source}\" on \"/usr/lib/x86_64-linux-gnu/lxc/rootfs{target}\"\n"
+                       f"startup for container '{vmid}' failed", 255)
     write(r / f"run/lxc/{vmid}.devices", json.dumps(seen) + "\n")
+    sync_mounts(r, vmid, binds)
     write(r / f"run/lxc/{vmid}.running", f"{kernel.new_pid(r)}\n")
+    from . import systemd
+    croot = ct_root(r, vmid)
+    for u in systemd.enabled_units(croot):
+        systemd.start(croot, u, {"FAKEHOST_TREE": str(r), "FAKEHOST_CONTAINER": str(vmid)})
 
 
 def ct_stop(r, vmid):
     if not ct_running(r, vmid):
         raise Fail(f"CT {vmid} not running", 255)
+    ct_power_off(r, vmid)
     for f in (f"run/lxc/{vmid}.running", f"run/lxc/{vmid}.devices"):
         (r / f).unlink(missing_ok=True)
     # processes of the container that held GPU nodes are gone
@@ -210,8 +294,12 @@ def pct_set(r, vmid, opts):
                 raise Fail(f"400 Parameter verification failed.\n{key}: invalid format - path must start with /dev/", 255)
             if not (r / path.lstrip("/")).exists():
                 raise Fail(f"Device {path} does not exist", 255)
+        if re.fullmatch(r"mp\d+", key) and (bind := parse_mp(key, val)) and not (r / bind[0].lstrip("/")).exists():
+            raise Fail(f"400 Parameter verification failed.\n{key}: mount point source '{bind[0]}' does not exist", 255)
         keys[key] = val
     write_conf(r, CT, vmid, desc, keys, raw, rest)
+    if ct_running(r, vmid):  # bind mounts are hot-plugged
+        sync_mounts(r, vmid, ct_binds(r, vmid))
 
 
 def pct_exec(r, vmid, argv):

@@ -3,7 +3,9 @@
 Enabling writes the ``<target>.wants/`` links; starting runs ExecStartPre=/ExecStart= of oneshot and
 forking units with the stand-ins (``/usr/bin/nvidia-modprobe`` runs the ``nvidia-modprobe`` stand-in).
 Long-running services (Type=simple/exec/notify) whose program is not a stand-in are only marked active:
-tests cannot keep a server process alive. Active state lives under ``run/``.
+tests cannot keep a server process alive. Active state lives under ``run/``. What systemd checks when it spawns
+the service is checked: WorkingDirectory=, EnvironmentFile= and that the program exists. A Type=simple unit that
+fails there still starts "successfully" (systemd reports it only afterwards) and is then failed.
 """
 import os
 import shlex
@@ -69,16 +71,50 @@ def is_early(u: dict) -> bool:
     return u.get("Unit.DefaultDependencies", ["yes"])[-1] in ("no", "false", "0") and bool(early & set(before))
 
 
-def start(r, name) -> int:
+def env_file(r, path) -> dict | None:
+    """KEY=VALUE lines of an EnvironmentFile= (``-path``: optional); None when it cannot be read."""
+    p = r / path.lstrip("-").lstrip("/")
+    if not p.is_file():
+        return None
+    out = {}
+    for line in p.read_text().splitlines():
+        k, eq, v = line.strip().partition("=")
+        if eq and k and k[0] not in "#;":
+            out[k.strip()] = v.strip().strip("'\"")
+    return out
+
+
+def spawn_problem(r, u, argv) -> str | None:
+    """What makes systemd fail to spawn a service process (status 200/CHDIR, 203/EXEC, or no environment)."""
+    wd = u.get("Service.WorkingDirectory", [""])[-1]
+    if wd and not wd.startswith("-") and wd != "~" and not (r / wd.lstrip("/")).is_dir():
+        return "status=200/CHDIR"
+    if any(not f.startswith("-") and env_file(r, f) is None for f in u.get("Service.EnvironmentFile", [])):
+        return "Failed to load environment files"
+    prog = r / argv[0].lstrip("/")
+    if argv[0].startswith("/") and not (prog.is_file() and os.access(prog, os.X_OK)):
+        return "status=203/EXEC"
+    return None
+
+
+def start(r, name, extra_env=None) -> int:
+    """extra_env: what the process needs to know besides the unit's environment (for a container's units)."""
     u = unit(r, name)
     typ = u.get("Service.Type", ["simple"])[-1]
-    env = dict(kv.split("=", 1) for e in u.get("Service.Environment", []) for kv in shlex.split(e) if "=" in kv)
+    env = dict(extra_env or {})
+    env.update(kv.split("=", 1) for e in u.get("Service.Environment", []) for kv in shlex.split(e) if "=" in kv)
+    for f in u.get("Service.EnvironmentFile", []):
+        env.update(env_file(r, f) or {})
     for key in ("Service.ExecStartPre", "Service.ExecStart"):
         for line in u.get(key, []):
             ignore = line.startswith("-")
             argv = shlex.split(line.lstrip("-@+!:"))
-            if key == "Service.ExecStart" and typ not in ("oneshot", "forking") and not (
-                    BIN / os.path.basename(argv[0])).is_file():
+            server = key == "Service.ExecStart" and typ not in ("oneshot", "forking")
+            if server and not (BIN / os.path.basename(argv[0])).is_file():
+                if spawn_problem(r, u, argv):
+                    write(r / ACTIVE / (name + ".failed"), "")
+                    (r / ACTIVE / name).unlink(missing_ok=True)
+                    return 0 if typ == "simple" else 1
                 continue  # a server: marked active, not run
             rc = run_argv(r, argv, env)
             if rc and not ignore:
@@ -131,6 +167,8 @@ def enable(r, name, quiet=False):
 def disable(r, name, quiet=False):
     for link in wants_links(r, name):
         link.unlink()
+        if not any(link.parent.iterdir()):  # systemd removes the .wants directory it emptied
+            link.parent.rmdir()
         if not quiet:
             print(f'Removed "/{link.relative_to(r).as_posix()}".', file=sys.stderr)
 
@@ -141,11 +179,50 @@ def enabled_units(r) -> list:
     return sorted(n for n in names if n.endswith(".service") and find_unit(r, n))
 
 
+def state(r, name) -> str:
+    return "active" if is_active(r, name) else "failed" if (r / ACTIVE / (name + ".failed")).exists() else "inactive"
+
+
+def file_state(r, name) -> str:
+    if not find_unit(r, name):
+        return ""
+    u = unit(r, name)
+    return "enabled" if wants_links(r, name) else "disabled" if (
+        u.get("Install.WantedBy") or u.get("Install.RequiredBy")) else "static"
+
+
+def properties(r, name) -> dict:
+    """The few properties of ``systemctl show``, in the order systemd prints them."""
+    u = parse_unit(find_unit(r, name).read_text()) if find_unit(r, name) else {}
+    typ = u.get("Service.Type", ["simple"])[-1]
+    active = state(r, name)
+    sub = {"failed": "failed", "inactive": "dead"}.get(active, "exited" if typ == "oneshot" else "running")
+    return {"Type": typ, "Result": "exit-code" if active == "failed" else "success", "Id": name,
+            "LoadState": "loaded" if u else "not-found", "ActiveState": active, "SubState": sub,
+            "UnitFileState": file_state(r, name)}
+
+
+def cmd_journalctl(argv):
+    return 0  # the services never ran for real: there is nothing to show
+
+
+STATUS_ACTIVE = {"active": "active (running)", "inactive": "inactive (dead)", "failed": "failed (Result: exit-code)"}
+SYSTEMCTL_VALUES = ("-p", "--property", "-n", "--lines", "-o", "--output", "-s", "--signal", "-H", "--host")
+
+
 def cmd_systemctl(argv):
     r = root()
     quiet = any(a in ("-q", "--quiet") for a in argv)
     now = "--now" in argv
-    words = [a for a in argv if not a.startswith("-")]
+    props, words, it = [], [], iter(argv)
+    for a in it:
+        if a in SYSTEMCTL_VALUES:
+            v = next(it, "")
+            props += v.split(",") if a in ("-p", "--property") else []
+        elif a.startswith("--property="):
+            props += a.split("=", 1)[1].split(",")
+        elif not a.startswith("-"):
+            words.append(a)
     if not words:
         raise Fail("systemctl: this simulation needs a command", 1)
     sub, names = words[0], [unit_name(n) for n in words[1:]]
@@ -176,25 +253,26 @@ def cmd_systemctl(argv):
             if (sub == "stop" or now) and find_unit(r, n):
                 stop(r, n)
         elif sub == "is-active":
-            state = "active" if is_active(r, n) else "failed" if (r / ACTIVE / (n + ".failed")).exists() else "inactive"
+            st = state(r, n)
             if not quiet:
-                print(state)
-            rc = rc or (0 if state == "active" else 3)
+                print(st)
+            rc = rc or (0 if st == "active" else 3)
         elif sub == "is-enabled":
-            if not find_unit(r, n):
+            st = file_state(r, n)
+            if not st:
                 if not quiet:
                     print(f"Failed to get unit file state for {n}: No such file or directory", file=sys.stderr)
                 rc = 1
                 continue
-            u = unit(r, n)
-            state = "enabled" if wants_links(r, n) else "disabled" if (
-                u.get("Install.WantedBy") or u.get("Install.RequiredBy")) else "static"
             if not quiet:
-                print(state)
-            rc = rc or (1 if state == "disabled" else 0)
+                print(st)
+            rc = rc or (1 if st == "disabled" else 0)
+        elif sub == "show":
+            shown = {k: v for k, v in properties(r, n).items() if not props or k in props}
+            print("\n".join(v if "--value" in argv else f"{k}={v}" for k, v in shown.items()))
         elif sub == "status":
             print(f"\u25cf {n}\n     Loaded: loaded (/{find_unit(r, n).relative_to(r).as_posix() if find_unit(r, n) else '?'})"
-                  f"\n     Active: {'active' if is_active(r, n) else 'inactive (dead)'}")
+                  f"\n     Active: {STATUS_ACTIVE[state(r, n)]}")
             rc = rc or (0 if is_active(r, n) else 3)
         else:
             raise Fail(f"Unknown command verb '{sub}'.", 1)

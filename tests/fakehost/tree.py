@@ -169,15 +169,26 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
     write(c / "var/lib/fakehost/dpkg-installed", "".join(p + "\n" for p in CT_PACKAGES))
     for d in FHS_DIRS:
         (c / d).mkdir(parents=True, exist_ok=True)
+    from .pytools import stub
+    write(c / "usr/bin/python3", stub("python3", "The container's python3"), 0o755)
 
     boot.power_off(t)
     boot.boot(t)
     return t
 
 
-def tree_digest(tree, exclude=("run", "proc/sys/kernel/random/boot_id")) -> str:
+def volatile(t: Path) -> tuple:
+    """What a digest leaves out by default: running state (the host's and each container's run/), the boot id
+    and the stand-ins' own logs (var/log/fakehost), which record what tests ask of them, not host state."""
+    lxc = t / "var/lib/lxc"
+    cts = tuple(f"var/lib/lxc/{d.name}/rootfs/run" for d in sorted(lxc.iterdir())) if lxc.is_dir() else ()
+    return ("run", "proc/sys/kernel/random/boot_id", "var/log/fakehost") + cts
+
+
+def tree_digest(tree, exclude=None) -> str:
     """sha256 over relative paths, modes, symlink targets and contents (``exclude``: volatile paths)."""
     t = Path(tree)
+    exclude = volatile(t) if exclude is None else exclude
     h = hashlib.sha256()
     for p in sorted(t.rglob("*")):
         name = p.relative_to(t).as_posix()
@@ -193,9 +204,10 @@ def tree_digest(tree, exclude=("run", "proc/sys/kernel/random/boot_id")) -> str:
     return h.hexdigest()
 
 
-def tree_listing(tree, exclude=("run", "proc/sys/kernel/random/boot_id")) -> dict:
+def tree_listing(tree, exclude=None) -> dict:
     """path -> content/target summary; diff two of them to see what a digest mismatch is about."""
     t = Path(tree)
+    exclude = volatile(t) if exclude is None else exclude
     out = {}
     for p in sorted(t.rglob("*")):
         name = p.relative_to(t).as_posix()

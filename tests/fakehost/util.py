@@ -34,6 +34,18 @@ def settings(t=None) -> dict:
     return json.loads(((t or tree()) / "var/lib/fakehost/settings.json").read_text())
 
 
+def configure(t, **knobs):
+    """Sets host settings (``None`` removes one), formatted as the seed writes them: removing every knob set
+    gives the file back byte for byte."""
+    s = settings(Path(t))
+    for k, v in knobs.items():
+        if v is None:
+            s.pop(k, None)
+        else:
+            s[k] = v
+    write(Path(t) / "var/lib/fakehost/settings.json", json.dumps(s, indent=1, sort_keys=True) + "\n")
+
+
 def kernel_release(t=None) -> str:
     return settings(t)["kernel"]
 

@@ -164,6 +164,11 @@ uv_home="$root/opt/gpuhosts/.uv"
 uv="$uv_home/bin/uv"
 marker="$root$venv/.gpuhosts-requirement"
 
+# The engine's installed version, empty when it is not installed (or there is no environment yet).
+installed_version() {
+  { "$uv" pip show --python "$root$venv/bin/python" "$package" 2>/dev/null || true; } | sed -n 's/^Version: //p'
+}
+
 # --- uv itself, pinned, in a small venv of its own (the container's python3 only bootstraps it) ------------
 if [ "$("$uv" --version 2>/dev/null)" != "uv $uv_version" ]; then
   [ -x "$root/usr/bin/python3" ] || refuse "container 129 has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
@@ -181,7 +186,7 @@ if [ ! -x "$root$venv/bin/python" ]; then
   "$uv" venv --python "$python_version" "$root$venv"
   note_change "created $venv (Python $python_version)"
 fi
-installed="$("$uv" pip show --python "$root$venv/bin/python" "$package" 2>/dev/null | sed -n 's/^Version: //p')"
+installed="$(installed_version)"
 wanted_build=0
 [ "$(cat "$marker" 2>/dev/null)" = "$requirement" ] || wanted_build=1
 [ -n "$installed" ] || wanted_build=1
@@ -198,7 +203,7 @@ if [ "$wanted_build" = 1 ]; then
 fi
 
 # --- verify ----------------------------------------------------------------------------------------------
-installed="$("$uv" pip show --python "$root$venv/bin/python" "$package" 2>/dev/null | sed -n 's/^Version: //p')"
+installed="$(installed_version)"
 [ -n "$installed" ] || refuse "$package is not installed in $venv after installing $requirement"
 if [ "$from_git" = false ] && [ "$installed" != "$release" ]; then
   refuse "$venv has $package $installed, not $release"

@@ -168,6 +168,7 @@ others=("$root"/opt/gpuhosts/*/venv)
 if [ -d "$root$uv_home" ] && [ ! -e "${others[0]}" ]; then
   rm -rf "$root$uv_home"
   note_change "removed $uv_home (no environment uses it any more)"
+  rmdir "$root"/opt/gpuhosts 2>/dev/null || true
 fi
 finish
 GPUHOSTS_INNER

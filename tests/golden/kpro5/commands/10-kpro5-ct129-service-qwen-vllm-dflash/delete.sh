@@ -171,8 +171,10 @@ remove_file /etc/gpuhosts/qwen-vllm-dflash.env
 # Files shared by the services go with the last gpuhosts unit.
 others=("$root"/etc/systemd/system/gpuhosts-*.service)
 if [ ! -e "${others[0]}" ]; then
+  remove_file /usr/local/lib/gpuhosts/sglang-serve.py
   remove_file /usr/local/lib/gpuhosts/deploy-gate.py
-  true
+  rmdir "$root"/etc/gpuhosts 2>/dev/null || true
+  rmdir "$root"/usr/local/lib/gpuhosts 2>/dev/null || true
 fi
 [ "$changed" = 0 ] || systemctl daemon-reload
 finish

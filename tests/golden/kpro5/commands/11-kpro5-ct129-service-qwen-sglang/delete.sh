@@ -173,7 +173,8 @@ others=("$root"/etc/systemd/system/gpuhosts-*.service)
 if [ ! -e "${others[0]}" ]; then
   remove_file /usr/local/lib/gpuhosts/sglang-serve.py
   remove_file /usr/local/lib/gpuhosts/deploy-gate.py
-  true
+  rmdir "$root"/etc/gpuhosts 2>/dev/null || true
+  rmdir "$root"/usr/local/lib/gpuhosts 2>/dev/null || true
 fi
 [ "$changed" = 0 ] || systemctl daemon-reload
 finish

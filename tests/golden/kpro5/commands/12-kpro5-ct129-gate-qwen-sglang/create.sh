@@ -152,7 +152,7 @@ finish() {
     say "done: no change"
   fi
 }
-# Inside container 129: the deploy gate of qwen-sglang (service step 916e42d24b3abf74); fails the deploy below
+# Inside container 129: the deploy gate of qwen-sglang (service step b0320c8ab674f8ce); fails the deploy below
 # its thresholds. Results are printed as one GPUHOSTS_GATE line, read back as the stack output `services`.
 venv=/opt/gpuhosts/qwen-sglang/venv
 unit_name=gpuhosts-qwen-sglang.service

@@ -1,0 +1,186 @@
+"""``hf download`` (huggingface_hub's CLI) from a registry of small fake repos, into ``--local-dir``.
+
+The registry is ``REPOS`` merged with the host setting ``hf_repos``: {repo: {"gated": bool, "files": {name: text,
+or a byte count for filler}, "revisions": [...] (optional: any revision is accepted without it)}, or null to
+drop a repo}. A token comes from ``--token``, ``HF_TOKEN``, the file ``HF_TOKEN_PATH`` names, or
+``$HF_HOME/token`` (``/root/.cache/huggingface/token``), all inside the root; one starting with ``hf_`` is valid. Setting ``hf_fail_after_files: N``
+breaks the N-th file fetched (left as ``.cache/huggingface/download/<file>.incomplete``). Every download appends
+a line to the host's ``var/log/fakehost/hf.log``, with whether a token was sent but never the token.
+"""
+import hashlib
+import json
+import os
+import struct
+import sys
+from fnmatch import fnmatch
+
+from .pytools import host_path, put
+from .util import Fail, root, settings, tree, unprefix, write
+
+# what the metadata files say about when a file came: a constant, so two downloads give identical trees
+FETCHED_AT = "1767225600.0"
+REQUEST_ID = "(Request ID: Root=1-6a0c0000-fakehost)"
+
+
+def filler(seed: str, n: int) -> bytes:
+    return hashlib.shake_256(seed.encode()).digest(n)
+
+
+def safetensors(seed: str, tensors: dict) -> bytes:
+    """A valid safetensors file: {tensor name: byte size} of BF16 data."""
+    header, off = {"__metadata__": {"format": "pt"}}, 0
+    for name, size in tensors.items():
+        header[name] = {"dtype": "BF16", "shape": [size // 2], "data_offsets": [off, off + size]}
+        off += size
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + filler(seed, off)
+
+
+def _json(d) -> bytes:
+    return (json.dumps(d, indent=2) + "\n").encode()
+
+
+def _qwen() -> dict:
+    layers = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(64)]
+    text = {"model_type": "qwen3_5_text", "num_hidden_layers": 64, "layer_types": layers, "full_attention_interval": 4,
+            "hidden_size": 5120, "vocab_size": 248320}
+    files = {"config.json": _json({"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+                                   **{k: v for k, v in text.items() if k != "model_type"}, "text_config": text,
+                                   "torch_dtype": "bfloat16", "transformers_version": "4.57.1"}),
+             "tokenizer.json": _json({"version": "1.0", "added_tokens": [{"id": 248077, "content": "<|mask|>"}],
+                                      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})}
+    weight_map, total = {}, 0
+    for shard in range(1, 4):
+        name = f"model-{shard:05d}-of-00003.safetensors"
+        tensors = {f"model.language_model.layers.{i}.mlp.down_proj.weight": 1024 for i in range(shard * 3 - 3, shard * 3)}
+        files[name] = safetensors(f"Qwen/Qwen3.6-27B/{name}", tensors)
+        weight_map.update(dict.fromkeys(tensors, name))
+        total += sum(tensors.values())
+    files["model.safetensors.index.json"] = _json({"metadata": {"total_size": total}, "weight_map": weight_map})
+    return {"gated": False, "files": files}
+
+
+def _dflash() -> dict:
+    return {"gated": True, "files": {
+        "config.json": _json({"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "num_hidden_layers": 5,
+                              "dflash_config": {"target_layer_ids": [1, 16, 31, 46, 61], "block_size": 16,
+                                                "mask_token_id": 248077},
+                              "layer_types": ["sliding_attention"] * 4 + ["full_attention"], "sliding_window": 2048,
+                              "use_sliding_window": True, "hidden_size": 5120, "torch_dtype": "bfloat16"}),
+        "model.safetensors": safetensors("z-lab/Qwen3.6-27B-DFlash/model.safetensors",
+                                         {f"layers.{i}.mlp.down_proj.weight": 1024 for i in range(5)})}}
+
+
+REPOS = {"Qwen/Qwen3.6-27B": _qwen, "z-lab/Qwen3.6-27B-DFlash": _dflash}
+
+
+def registry() -> dict:
+    repos = {name: make() for name, make in REPOS.items()}
+    for name, entry in settings().get("hf_repos", {}).items():
+        if entry is None:
+            repos.pop(name, None)
+            continue
+        files = {f: filler(f"{name}/{f}", c) if isinstance(c, int) else c.encode() for f, c in entry["files"].items()}
+        repos[name] = {**entry, "files": files}
+    return repos
+
+
+def token(explicit):
+    if explicit or os.environ.get("HF_TOKEN"):
+        return explicit or os.environ["HF_TOKEN"]
+    home = os.environ.get("HF_HOME") or "/root/.cache/huggingface"
+    path = host_path(os.environ.get("HF_TOKEN_PATH") or f"{home}/token")
+    return (path.read_text().splitlines() or [""])[0].strip() if path.is_file() else None
+
+
+def parse(argv):
+    if argv[:1] != ["download"] or len(argv) < 2:
+        raise Fail("usage: hf download [-h] [--repo-type {model,dataset,space}] [--revision REVISION] [--include "
+                   "[INCLUDE ...]] [--exclude [EXCLUDE ...]] [--local-dir LOCAL_DIR] [--token TOKEN] [--quiet] "
+                   "repo_id [filenames ...]\nfakehost: only `hf download` is simulated", 2)
+    a = {"revision": "main", "local_dir": None, "token": None, "quiet": False, "include": [], "exclude": [],
+         "words": []}
+    it, current = iter(argv[1:]), None
+    for w in it:
+        if w in ("--include", "--exclude"):
+            current = a[w[2:]]
+        elif w in ("--revision", "--local-dir", "--token", "--repo-type", "--cache-dir", "--max-workers"):
+            a[w[2:].replace("-", "_")] = next(it, None)
+            current = None
+        elif w == "--quiet":
+            a["quiet"] = True
+        elif w.startswith("--"):
+            current = None
+        else:
+            (current if current is not None else a["words"]).append(w)
+    if not a["words"]:
+        raise Fail("hf download: error: the following arguments are required: repo_id", 2)
+    if not a["local_dir"]:
+        raise Fail("fakehost: hf download without --local-dir (the HF cache) is not simulated", 2)
+    return a
+
+
+def cmd_hf(argv):
+    a = parse(argv)
+    repo, rev, files_wanted = a["words"][0], a["revision"], a["words"][1:]
+    tok, ldir = token(a["token"]), host_path(a["local_dir"])
+    api = f"https://huggingface.co/api/models/{repo}/revision/{rev}"
+    fetched = reused = 0
+    rc = 1
+    try:
+        if tok and not tok.startswith("hf_"):
+            raise Fail(f"huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: {api} "
+                       f"{REQUEST_ID}\n\nInvalid credentials in Authorization header", 1)
+        entry = registry().get(repo)
+        if entry is None:
+            raise Fail(f"huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. {REQUEST_ID}\n\n"
+                       f"Repository Not Found for url: {api}.\nPlease make sure you specified the correct `repo_id` "
+                       f"and `repo_type`.\nIf you are trying to access a private or gated repo, make sure you are "
+                       f"authenticated. For more details, see https://huggingface.co/docs/huggingface_hub/authentication", 1)
+        if entry.get("revisions") and rev not in entry["revisions"]:
+            raise Fail(f"huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. {REQUEST_ID}\n\n"
+                       f"Revision Not Found for url: {api}.\nInvalid rev id: {rev}", 1)
+        names = [n for n in sorted(entry["files"]) if (not files_wanted or n in files_wanted)
+                 and (not a["include"] or any(fnmatch(n, p) for p in a["include"]))
+                 and not any(fnmatch(n, p) for p in a["exclude"])]
+        if entry.get("gated") and not tok:
+            raise Fail(f"huggingface_hub.errors.GatedRepoError: 401 Client Error. {REQUEST_ID}\n\nCannot access gated "
+                       f"repo for url https://huggingface.co/{repo}/resolve/{rev}/{(names or ['config.json'])[0]}.\n"
+                       f"Access to model {repo} is restricted. You must have access to it and be authenticated to "
+                       f"access it. Please log in.", 1)
+        commit = rev if len(rev) == 40 and all(c in "0123456789abcdef" for c in rev) else \
+            hashlib.sha1(f"{repo}@{rev}".encode()).hexdigest()
+        cache = ldir / ".cache/huggingface"
+        put(cache / ".gitignore", "*")
+        fail_after = settings().get("hf_fail_after_files")
+        if not a["quiet"]:
+            print(f"Fetching {len(names)} files", file=sys.stderr)
+        for name in names:
+            data, dst = entry["files"][name], ldir / name
+            partial = cache / "download" / (name + ".incomplete")
+            if dst.is_file() and not dst.is_symlink() and dst.read_bytes() == data:
+                reused += 1
+            else:
+                if fail_after and fetched + 1 >= fail_after:
+                    write(partial, data[:len(data) // 2])
+                    raise Fail("requests.exceptions.ChunkedEncodingError: ('Connection broken: ConnectionResetError"
+                               "(104, 'Connection reset by peer')', ConnectionResetError(104, 'Connection reset by "
+                               "peer'))", 1)
+                write(partial, data)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(partial, dst)
+                fetched += 1
+            put(cache / "download" / (name + ".metadata"),
+                f"{commit}\n{hashlib.sha256(data).hexdigest()}\n{FETCHED_AT}\n")
+        print(a["local_dir"])
+        rc = 0
+    except Fail as e:
+        rc = e.code
+        raise
+    finally:
+        log = tree() / "var/log/fakehost/hf.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as f:
+            f.write(f"download {repo}@{rev} -> {unprefix(str(ldir), root())} fetched={fetched} reused={reused} "
+                    f"token={'yes' if tok else 'no'} rc={rc}\n")

@@ -1,0 +1,360 @@
+"""Python inside a container: its ``/usr/bin/python3``, venvs, pip, uv and the engines' entry points.
+
+A venv is a directory with ``pyvenv.cfg``, ``bin/python`` (+ ``bin/python3``) and ``.fakehost-packages.json``
+(name -> {"version", "extras"?, "url"?}). Programs a package brings (``uv``, ``hf``, ``vllm``) appear in its
+``bin/`` as stand-ins. Stand-ins inside the tree call ``fakehost.cli`` through PYTHONPATH (set by ``host_env``),
+so the tree names no path of the checkout and a copied tree still works. Whatever a venv's python runs other than
+``-m pip`` / ``-m venv`` / ``-m uv`` runs on the test interpreter itself: the engines are not installed for real.
+
+Settings knobs: ``uv_fail_install`` (true, or a list of package names) and ``pip_fail_install`` make installs
+fail as without network, before anything is recorded.
+"""
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from .util import Fail, root, settings, unprefix, write
+
+PACKAGES = ".fakehost-packages.json"
+SYSTEM_PYTHON = "3.11.2"  # Debian 12
+PYTHONS = {"3": SYSTEM_PYTHON, "3.11": SYSTEM_PYTHON, "3.12": "3.12.11", "3.13": "3.13.7"}
+VENV_SEED = {"pip": "23.0.1", "setuptools": "66.1.1"}  # what Debian 12's ensurepip puts into a venv
+UV_SEED = {"pip": "25.2"}
+ENGINE_DEPS = {"huggingface-hub": "0.36.0", "prometheus-client": "0.23.1"}
+ENTRY_POINTS = {"uv": "uv", "huggingface-hub": "hf", "vllm": "vllm"}
+# options of pip / uv pip that take a value: their value is no requirement
+VALUE_OPTS = {"-p", "--python", "-i", "--index-url", "--extra-index-url", "--index", "--default-index", "-f",
+              "--find-links", "-r", "--requirement", "-c", "--constraint", "--constraints", "--override",
+              "--overrides", "--torch-backend", "--index-strategy", "--prerelease", "--resolution", "--target",
+              "--prefix", "--python-version", "--python-platform", "--prompt", "--cache-dir"}
+
+
+def stub(prog: str, what: str) -> str:
+    return (f"#!/usr/bin/env python3\n# {what} on a simulated host (see tests/fakehost); host_env puts tests/ on "
+            f"PYTHONPATH.\nimport sys\nfrom fakehost.cli import main\nsys.exit(main({prog!r}, sys.argv[1:]))\n")
+
+
+def put(path: Path, data, mode=0o644):
+    """Writes only what differs: a repeated install leaves files, and so digests and mtimes, as they were."""
+    data = data.encode() if isinstance(data, str) else data
+    if path.is_symlink() or not path.is_file() or path.read_bytes() != data:
+        if path.is_symlink():
+            path.unlink()
+        write(path, data)
+    if path.stat().st_mode & 0o7777 != mode:
+        path.chmod(mode)
+
+
+def put_link(path: Path, target: str):
+    if path.is_symlink() and os.readlink(path) == target:
+        return
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, path)
+
+
+def host_path(p: str) -> Path:
+    """A path as a program running in the simulated root means it: already under the root, or inside it."""
+    r, a = str(root()).rstrip("/"), os.path.abspath(p)
+    return Path(a if a == r or a.startswith(r + "/") else r + a)
+
+
+def here() -> Path:
+    """The venv whose stand-in is running (bin/<prog> -> the venv); not resolved: bin/python3 links to python."""
+    return Path(os.path.abspath(sys.argv[0])).parent.parent
+
+
+def exec_real(argv):
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, *argv])
+
+
+def options(args):
+    """(options {name: value or True}, positional words) of a pip/uv command line."""
+    opts, words, it = {}, [], iter(args)
+    for a in it:
+        if a.startswith("--") and "=" in a:
+            k, v = a.split("=", 1)
+            opts[k] = v
+        elif a in VALUE_OPTS:
+            opts[a] = next(it, "")
+        elif a.startswith("-") and a != "-":
+            opts[a] = True
+        else:
+            words.append(a)
+    return opts, words
+
+
+# ---- venvs ----------------------------------------------------------------------------------------------
+
+def packages(venv: Path) -> dict:
+    p = venv / PACKAGES
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def save(venv: Path, pk: dict):
+    put(venv / PACKAGES, json.dumps(pk, indent=1, sort_keys=True) + "\n")
+    for name, prog in ENTRY_POINTS.items():
+        if name in pk:
+            put(venv / "bin" / prog, stub(prog, f"{prog} from {name}"), 0o755)
+
+
+def make_venv(venv: Path, cfg: dict, seed: dict, clear=False):
+    if clear and venv.is_dir():
+        for p in venv.iterdir():  # --clear empties the directory, the directory itself stays
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    put(venv / "pyvenv.cfg", "".join(f"{k} = {v}\n" for k, v in cfg.items()))
+    put(venv / "bin/python", stub("venv-python", "A venv's python"), 0o755)
+    put_link(venv / "bin/python3", "python")
+    save(venv, {**{n: {"version": v} for n, v in seed.items()}, **packages(venv)})
+
+
+def python_m_venv(args, python: str) -> int:
+    opts, dirs = options(args)
+    if not dirs:
+        raise Fail("usage: venv [-h] [--system-site-packages] [--symlinks | --copies] [--clear] [--upgrade] "
+                   "[--without-pip] [--prompt PROMPT] [--upgrade-deps] ENV_DIR [ENV_DIR ...]\n"
+                   "venv: error: the following arguments are required: ENV_DIR", 2)
+    for d in dirs:
+        v = host_path(d)
+        make_venv(v, {"home": "/usr/bin", "include-system-site-packages": "false", "version": SYSTEM_PYTHON,
+                      "executable": "/usr/bin/python3.11", "command": f"{python} -m venv {unprefix(str(v))}"},
+                  {} if "--without-pip" in opts else VENV_SEED, clear="--clear" in opts)
+    return 0
+
+
+def cmd_python3(argv):
+    """The container's /usr/bin/python3."""
+    if argv[:2] == ["-m", "venv"]:
+        return python_m_venv(argv[2:], "/usr/bin/python3")
+    if argv[:1] == ["-c"] and argv[1:2] and argv[1].strip() == "import ensurepip":
+        return 0  # python3-venv is installed in this container
+    exec_real(argv)
+
+
+def cmd_venv_python(argv):
+    venv = here()
+    if argv[:2] == ["-m", "venv"]:
+        return python_m_venv(argv[2:], unprefix(str(venv / "bin/python")))
+    if argv[:2] == ["-m", "pip"]:
+        return pip(venv, argv[2:])
+    if argv[:2] == ["-m", "uv"] and "uv" in packages(venv):
+        return cmd_uv(argv[2:], venv)
+    if argv[:1] == ["-m"] and argv[1:2] and argv[1] in ("pip", "uv"):
+        raise Fail(f"{unprefix(str(venv))}/bin/python: No module named {argv[1]}", 1)
+    exec_real(argv)
+
+
+# ---- requirements ---------------------------------------------------------------------------------------
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_spec(spec: str):
+    """``name==v``, ``name[extra]==v``, ``name>=v``, ``name``, ``name @ git+https://…@REF`` -> (name, entry)."""
+    m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?\s*(.*?)\s*", spec)
+    if not m:
+        raise Fail(f"error: Failed to parse: `{spec}`", 2)
+    name, extras, rest = norm(m.group(1)), m.group(2), m.group(3)
+    entry = {"extras": sorted(e.strip() for e in extras.split(",") if e.strip())} if extras else {}
+    if rest.startswith("@"):
+        url = rest[1:].strip()
+        ref = re.search(r"@([^@/]+)$", url.split("#")[0])
+        ref = ref.group(1) if ref else "head"
+        entry.update(version="0.0.0+g" + re.sub(r"[^a-z0-9]+", ".", ref.lower()).strip(".")[:12], url=url)
+    elif (v := re.match(r"(?:===?|>=|~=)\s*([^\s,;]+)", rest)) or not rest:
+        entry["version"] = v.group(1) if v else "1.0.0"
+    else:
+        raise Fail(f"error: Failed to parse: `{spec}`", 2)
+    return name, entry
+
+
+def requirements(opts, words) -> list:
+    specs = list(words)
+    for key in ("-r", "--requirement"):
+        if key in opts:
+            lines = host_path(opts[key]).read_text().splitlines()
+            specs += [l.split(" #")[0].strip() for l in lines if l.strip() and not l.lstrip().startswith(("#", "-"))]
+    return specs
+
+
+def failing(knob: str, names) -> str | None:
+    want = settings().get(knob)
+    return next((n for n in names if want is True or (isinstance(want, list) and n in want)), None)
+
+
+def install(venv: Path, specs) -> list:
+    """Records the packages; answers [(name, old entry or None, new entry)] for what changed."""
+    parsed = [parse_spec(s) for s in specs]
+    pk, changes = packages(venv), []
+    named = {n for n, _ in parsed}
+    for name, entry in parsed:
+        todo = [(name, entry)]
+        if name in ("sglang", "vllm"):
+            todo += [(n, {"version": v}) for n, v in ENGINE_DEPS.items() if n not in pk and n not in named]
+        for n, e in todo:
+            if pk.get(n) != e:
+                changes.append((n, pk.get(n), e))
+                pk[n] = e
+    save(venv, pk)
+    return changes
+
+
+def show(name, e) -> str:
+    return f"{name} @ {e['url']}" if "url" in e else f"{name}=={e['version']}"
+
+
+# ---- pip ------------------------------------------------------------------------------------------------
+
+def pip(venv: Path, args) -> int:
+    have = packages(venv)
+    if "pip" not in have:
+        raise Fail(f"{unprefix(str(venv))}/bin/python: No module named pip", 1)
+    if args[:1] == ["--version"]:
+        print(f"pip {have['pip']['version']} from {venv}/lib/python3.11/site-packages/pip (python 3.11)")
+        return 0
+    if args[:1] != ["install"]:
+        raise Fail(f"fakehost: `pip {' '.join(args[:1])}` is not simulated", 2)
+    opts, words = options(args[1:])
+    specs = requirements(opts, words)
+    if not specs:
+        raise Fail("ERROR: You must give at least one requirement to install (see \"pip help install\")", 1)
+    quiet = bool({"-q", "--quiet"} & set(opts))
+    if (bad := failing("pip_fail_install", [parse_spec(s)[0] for s in specs])):
+        spec = next(s for s in specs if parse_spec(s)[0] == bad)
+        raise Fail(f"ERROR: Could not find a version that satisfies the requirement {spec} (from versions: none)\n"
+                   f"ERROR: No matching distribution found for {spec}", 1)
+    changes = install(venv, specs)
+    if not quiet:
+        changed = {n for n, _, _ in changes}
+        for s in specs:
+            n, e = parse_spec(s)
+            print(f"Collecting {s}" if n in changed else
+                  f"Requirement already satisfied: {s} in ./lib/python3.11/site-packages ({e['version']})")
+        if changes:
+            print("Installing collected packages: " + ", ".join(n for n, _, _ in changes))
+            print("Successfully installed " + " ".join(f"{n}-{e['version']}" for n, _, e in changes))
+    return 0
+
+
+# ---- uv -------------------------------------------------------------------------------------------------
+
+GLOBAL_FLAGS = {"-q", "--quiet", "-v", "--verbose", "--no-progress", "--offline", "--native-tls", "--no-cache", "-n"}
+GLOBAL_VALUES = {"--color", "--cache-dir", "--directory", "--project", "--config-file"}
+
+
+def cmd_uv(argv, venv=None):
+    venv = venv or here()
+    version = packages(venv).get("uv", {}).get("version", "0.0.0")
+    quiet = False
+    while argv and (argv[0] in GLOBAL_FLAGS or argv[0] in GLOBAL_VALUES or argv[0].split("=")[0] in GLOBAL_VALUES):
+        quiet = quiet or argv[0] in ("-q", "--quiet")
+        argv = argv[2:] if argv[0] in GLOBAL_VALUES else argv[1:]
+    if argv[:1] in (["--version"], ["-V"]) or argv[:2] == ["self", "version"]:
+        print(f"uv {version}")
+        return 0
+    if argv[:1] == ["venv"]:
+        return uv_venv(argv[1:] + ["--quiet"] * quiet, version)
+    if argv[:2] in (["pip", "install"], ["pip", "show"], ["pip", "freeze"]):
+        opts, words = options(argv[2:])
+        target = uv_target(opts)
+        if argv[1] == "install":
+            return uv_install(target, requirements(opts, words), quiet=quiet or bool({"-q", "--quiet"} & set(opts)))
+        return uv_show(target, words) if argv[1] == "show" else uv_freeze(target)
+    raise Fail(f"fakehost: `uv {' '.join(argv[:2])}` is not simulated", 2)
+
+
+def uv_venv(args, version) -> int:
+    opts, words = options(args)
+    d = words[0] if words else ".venv"
+    v = host_path(d)
+    want = str(opts.get("--python", opts.get("-p", "3")))
+    python = PYTHONS.get(want, SYSTEM_PYTHON if want.startswith("/") else None)
+    if python is None:
+        raise Fail(f"error: No interpreter found for Python {want} in managed installations or search path", 2)
+    clear, existing = "--clear" in opts, "--allow-existing" in opts
+    if (v / "pyvenv.cfg").is_file() and not (clear or existing):
+        raise Fail(f"error: A virtual environment already exists at {d}; use --clear or --allow-existing", 2)
+    if v.is_dir() and any(v.iterdir()) and not (v / "pyvenv.cfg").is_file() and not (clear or existing):
+        raise Fail(f"error: Failed to create virtual environment\n  Caused by: The directory `{d}` exists, but it "
+                   f"is not a virtual environment", 2)
+    if not {"-q", "--quiet"} & set(opts):
+        print(f"Using CPython {python}\nCreating virtual environment {'with seed packages ' if '--seed' in opts else ''}"
+              f"at: {d}\nActivate with: source {d}/bin/activate", file=sys.stderr)
+    make_venv(v, {"home": "/usr/bin", "implementation": "CPython", "uv": version, "version_info": python,
+                  "include-system-site-packages": "false"}, UV_SEED if "--seed" in opts else {}, clear=clear)
+    return 0
+
+
+def uv_target(opts) -> Path:
+    p = opts.get("--python") or opts.get("-p") or os.environ.get("VIRTUAL_ENV")
+    if not p:
+        raise Fail("error: No virtual environment found; run `uv venv` to create an environment, or pass "
+                   "`--system` to install into a non-virtual environment", 2)
+    v = host_path(p)
+    v = v if (v / "pyvenv.cfg").is_file() else v.parent.parent
+    if not (v / "pyvenv.cfg").is_file():
+        raise Fail(f"error: Failed to inspect Python interpreter from provided path at `{p}`\n"
+                   f"  Caused by: No such file or directory (os error 2)", 2)
+    return v
+
+
+def uv_install(venv: Path, specs, quiet) -> int:
+    if not specs:
+        raise Fail("error: the following required arguments were not provided:\n  <PACKAGE|--requirements "
+                   "<REQUIREMENTS>|--editable <EDITABLE>|--group <GROUP>>", 2)
+    if (bad := failing("uv_fail_install", [parse_spec(s)[0] for s in specs])):
+        url = f"https://pypi.org/simple/{bad}/"
+        raise Fail(f"error: Failed to fetch: `{url}`\n  Caused by: Request failed after 3 retries\n  Caused by: "
+                   f"error sending request for url ({url})\n  Caused by: client error (Connect)\n  Caused by: dns "
+                   f"error: failed to lookup address information: Temporary failure in name resolution", 2)
+    changes = install(venv, specs)
+    if not quiet:
+        if not changes:
+            print(f"Audited {len(specs)} package{'s' * (len(specs) != 1)} in 3ms", file=sys.stderr)
+        else:
+            n = len(changes)
+            print(f"Resolved {len(packages(venv))} packages in 1.21s\nPrepared {n} package{'s' * (n != 1)} in 2.04s\n"
+                  f"Installed {n} package{'s' * (n != 1)} in 31ms", file=sys.stderr)
+            for name, old, new in sorted(changes):
+                print((f" - {show(name, old)}\n" if old else "") + f" + {show(name, new)}", file=sys.stderr)
+    return 0
+
+
+def uv_show(venv: Path, names) -> int:
+    pk = packages(venv)
+    cfg = dict(l.split(" = ", 1) for l in (venv / "pyvenv.cfg").read_text().splitlines() if " = " in l)
+    py = ".".join(cfg.get("version_info", cfg.get("version", SYSTEM_PYTHON)).split(".")[:2])
+    found = [norm(n) for n in names if norm(n) in pk]
+    out = []
+    for n in found:
+        requires = sorted(ENGINE_DEPS) if n in ("sglang", "vllm") else []
+        required_by = sorted(e for e in ("sglang", "vllm") if e in pk) if n in ENGINE_DEPS else []
+        out.append(f"Name: {n}\nVersion: {pk[n]['version']}\nLocation: {venv}/lib/python{py}/site-packages\n"
+                   f"Requires: {', '.join(requires)}\nRequired-by: {', '.join(required_by)}\n")
+    sys.stdout.write("---\n".join(out))
+    missing = [n for n in names if norm(n) not in pk]
+    if missing:
+        print(f"warning: Package(s) not found for: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def uv_freeze(venv: Path) -> int:
+    for name, e in sorted(packages(venv).items()):
+        print(show(name, e))
+    return 0
+
+
+# ---- engines --------------------------------------------------------------------------------------------
+
+def cmd_vllm(argv):
+    if argv in (["--version"], ["-v"]):
+        print(packages(here())["vllm"]["version"])
+        return 0
+    raise Fail("fakehost: only `vllm --version` is simulated (tests cannot keep a server running)", 2)
