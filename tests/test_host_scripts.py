@@ -288,3 +288,20 @@ def test_refuses_to_take_a_gpu_from_a_running_vm_through_a_resource_mapping(tmp_
     run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
     host = Host(tree, run_file, make_fake_run(run_file, VERSION))
     refused(host, step_named(host.steps(), "vfio-binding"), "VM 104 is running with 0000:61:00 passed through")
+
+
+@pytest.mark.parametrize("owed, running, says", [
+    ("ct-129-start", False, "started container 129 again (a restart of it was cut off)"),
+    ("ct-129-restart", True, "restarted container 129 so it sees its GPU devices"),
+])
+def test_a_container_restart_cut_off_is_finished_by_the_next_run(converged, owed, running, says):
+    """A connection lost between `pct set devN` and the restart, or inside `pct reboot` between stop and start."""
+    devices = next(s for s in converged.steps() if s.name == "kpro5-ct129-gpu-devices")
+    if not running:
+        assert converged.run("pct stop 129").returncode == 0
+    (converged.tree / f"var/lib/gpuhosts/{owed}.owed").touch()
+    output = converged.apply(devices)
+    assert says in output and "done: changed" in output
+    assert converged.run("pct status 129").stdout.strip() == "status: running"
+    assert not list((converged.tree / "var/lib/gpuhosts").glob("*.owed"))
+    assert "done: no change" in converged.apply(devices)

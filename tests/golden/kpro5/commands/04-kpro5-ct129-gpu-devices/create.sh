@@ -156,16 +156,27 @@ dev_entries() {
   pct config "$vmid" | sed -nE 's/^(dev[0-9]+): ([^,]+).*/\1 \2/p'
 }
 
+# A restart is owed from the first device change until the container has restarted, and a start from our stop
+# until the container runs again: a run cut off in between (a dropped connection) finishes it next time.
 restart_if_running() {
   if ! container_running; then
+    if owed "ct-$vmid-start"; then
+      pct start "$vmid"
+      note_change "started container $vmid again (a restart of it was cut off)"
+    fi
+    settled "ct-$vmid-start"
+    settled "ct-$vmid-restart"
     return 0
   fi
   if [ "$allow_restart" = true ]; then
+    owe "ct-$vmid-start"
     pct reboot "$vmid"
+    settled "ct-$vmid-start"
     note_change "restarted container $vmid so it sees its GPU devices"
   else
     say "container $vmid runs with its old devices until it restarts (allowRestart is false)"
   fi
+  settled "ct-$vmid-restart"
 }
 
 gpus=(0000:41:00.0 0000:61:00.0)
@@ -199,6 +210,7 @@ while read -r key path; do
     [ "$node" != "$path" ] || keep=1
   done
   if [ "$keep" = 0 ] && grep -qx "$key $path" "$owned"; then
+    owe "ct-$vmid-restart"
     pct set "$vmid" --delete "$key"
     sed -i "\|^$key $path\$|d" "$owned"
     devices_changed=1
@@ -213,12 +225,13 @@ for node in "${wanted[@]}"; do
   while dev_entries | awk -v k="dev$index" '$1 == k {found = 1} END {exit !found}'; do
     index=$((index + 1))
   done
+  owe "ct-$vmid-restart"
   pct set "$vmid" "--dev$index" "$node"
   printf 'dev%s %s\n' "$index" "$node" >>"$owned"
   devices_changed=1
   note_change "passed $node to container $vmid as dev$index"
 done
-if [ "$devices_changed" = 1 ]; then
+if [ "$devices_changed" = 1 ] || owed "ct-$vmid-restart" || owed "ct-$vmid-start"; then
   restart_if_running
 fi
 

@@ -156,16 +156,27 @@ dev_entries() {
   pct config "$vmid" | sed -nE 's/^(dev[0-9]+): ([^,]+).*/\1 \2/p'
 }
 
+# A restart is owed from the first device change until the container has restarted, and a start from our stop
+# until the container runs again: a run cut off in between (a dropped connection) finishes it next time.
 restart_if_running() {
   if ! container_running; then
+    if owed "ct-$vmid-start"; then
+      pct start "$vmid"
+      note_change "started container $vmid again (a restart of it was cut off)"
+    fi
+    settled "ct-$vmid-start"
+    settled "ct-$vmid-restart"
     return 0
   fi
   if [ "$allow_restart" = true ]; then
+    owe "ct-$vmid-start"
     pct reboot "$vmid"
+    settled "ct-$vmid-start"
     note_change "restarted container $vmid so it sees its GPU devices"
   else
     say "container $vmid runs with its old devices until it restarts (allowRestart is false)"
   fi
+  settled "ct-$vmid-restart"
 }
 
 if ! pct config "$vmid" >/dev/null 2>&1; then
@@ -178,6 +189,7 @@ devices_changed=0
 if [ -f "$owned" ]; then
   while read -r key path; do
     if dev_entries | grep -qx "$key $path"; then
+      owe "ct-$vmid-restart"
       pct set "$vmid" --delete "$key"
       devices_changed=1
       note_change "removed $key ($path) from container $vmid"
@@ -185,7 +197,7 @@ if [ -f "$owned" ]; then
   done <"$owned"
   rm -f "$owned"
 fi
-if [ "$devices_changed" = 1 ]; then
+if [ "$devices_changed" = 1 ] || owed "ct-$vmid-restart" || owed "ct-$vmid-start"; then
   restart_if_running
 fi
 rmdir "$state_dir" 2>/dev/null || true
