@@ -33,6 +33,8 @@ VERSION = "580.126.09"
 A6000 = ("0000:41:00.0", "0000:61:00.0")
 RTX3090_FUNCTIONS = ("0000:01:00.0", "0000:01:00.1", "0000:21:00.0", "0000:21:00.1")
 MODEL = "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json"
+# What `pulumi config set --secret` would hold for this stack; the executor sends them on stdin.
+SECRETS = {"hfToken": "hf_LifecycleToken7d3e91", "llmApiKey": "sk-lifecycle-key-2b8c40"}
 
 
 def stack_document() -> dict[str, Any]:
@@ -82,7 +84,7 @@ class Bed(HostView):
         bed = cls(root, tree, run_file, sha256, ssh, None)  # type: ignore[arg-type]
         stack_file = bed.write_stack(bed.values(), "Pulumi.kpro5.yaml")
         target = Target.from_stack_file(stack_file, ssh.private_key, root / "client")
-        bed.executor = Executor(target, root / "state.json", root / "commands.log")
+        bed.executor = Executor(target, root / "state.json", root / "commands.log", secrets=dict(SECRETS))
         return bed
 
     def close(self) -> None:
@@ -98,6 +100,16 @@ class Bed(HostView):
         values["nvidia"].update(url=f"file://{self.run_file}", sha256=self.sha256)
         # The host's own units; services_values() adds the container's services.
         values.pop("services")
+        return values
+
+    def services_values(self, sglang_port: int, vllm_port: int) -> dict[str, Any]:
+        """values() with kpro5's services, listening where the gate on this machine can reach an engine stand-in."""
+        values = self.values()
+        services = copy.deepcopy(stack_document()["config"]["gpuhosts:services"])
+        for service, port in zip(services, (sglang_port, vllm_port)):
+            service.update(port=port, bind="127.0.0.1")
+            service["gate"].update(readyTimeoutS=30, maxTokens=64)
+        values["services"] = services
         return values
 
     def write_stack(self, values: dict[str, Any], name: str | None = None) -> Path:

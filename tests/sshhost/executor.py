@@ -106,6 +106,16 @@ def read_plan(plan_dir: Path) -> list[Recorded]:
     return apply_order(effective_dependencies(resources))
 
 
+def stdin_secret_names(plan_dir: Path) -> dict[str, str]:
+    """Per command: the name of the secret it gets on stdin (commands/NN-name/resource.json says "[secret ns:key]")."""
+    names = {}
+    for path in (Path(plan_dir) / "hosts").glob("*/commands/*/resource.json"):
+        stdin = json.loads(path.read_text()).get("stdin")
+        if stdin:
+            names[path.parent.name.split("-", 1)[1]] = stdin.removeprefix("[secret ").removesuffix("]").split(":", 1)[1]
+    return names
+
+
 def _comparable(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in inputs.items() if k not in NOT_DIFFED and k != "triggers"}
 
@@ -160,6 +170,9 @@ class Executor:
     local_env: dict[str, str] | None = None
     dial_attempts: int = 1
     runs: list[Run] = field(default_factory=list)
+    # Values of the stack's secrets by key name (`hfToken`), as the engine decrypts them for a command's stdin.
+    secrets: dict[str, str] = field(default_factory=dict)
+    stdin_secrets: dict[str, str] = field(default_factory=dict)
 
     # --- state ------------------------------------------------------------------------------------------------
     def state(self) -> dict[str, dict[str, Any]]:
@@ -192,6 +205,7 @@ class Executor:
         """`pulumi up`; with `targets` (resource names) `pulumi up --target`: only those, nothing else touched."""
         stored = self.state()
         wanted = read_plan(plan_dir)
+        self.stdin_secrets = stdin_secret_names(plan_dir)
         if targets is not None:
             unknown = set(targets) - {r.name for r in wanted}
             if unknown:
@@ -291,6 +305,9 @@ class Executor:
         if inputs.get("addPreviousOutputInEnv", True) and previous_stdout is not None and operation != "create":
             environment["PULUMI_COMMAND_STDOUT"] = previous_stdout
         stdin = inputs.get("stdin")
+        if stdin == "[secret]":
+            # The plan keeps only the name of the secret a command reads; the engine would send its value.
+            stdin = self.secrets[self.stdin_secrets[resource.name]] + "\n"
         runs.append(run)
         refused = refused_variables(environment) if resource.type == "command:remote:Command" else []
         if refused:
