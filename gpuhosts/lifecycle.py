@@ -5,6 +5,8 @@ program run that writes the plan (`gpuhosts plan`) plus applying it; the last li
 
     lifecycle: converge1=<s>s converge2=<s>s commands1=<n> commands2=<n> writes2=<n> faults=<survived>/<injected> refused=<refused>/<tried>
 
+and the line before it gives the same figures for the inference services of container 129 (`services: …`).
+
 writes2 counts the commands of the second converge whose output ends in `done: changed` (target 0).
 """
 
@@ -156,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         uvm = Bed.copy_of(ladder.bed, root / "bad-uvm")
         uvm.on_host("modprobe -r nvidia_uvm")
         refuses(uvm, "/dev/nvidia-uvm is missing", moved_to_vfio(uvm.values()), targets=["kpro5-ct129-gpu-devices"])
+
+        # --- inference services -------------------------------------------------------------------------------
+        print("inference services in CT 129 (the gate measures an engine stand-in)")
+        services = _services(Bed.copy_of(ladder.bed, root / "services"), check)
         ladder.bed.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -163,9 +169,51 @@ def main(argv: list[str] | None = None) -> int:
     print(f"converge = gpuhosts plan + apply; first: {len(runs1)} commands, second: {len(runs2)}")
     if failures:
         print(f"{len(failures)} check(s) failed: " + "; ".join(failures))
+    print("services: " + " ".join(f"{k}={v}" for k, v in services.items()))
     print(f"lifecycle: converge1={converge1:.1f}s converge2={converge2:.1f}s commands1={len(runs1)} "
           f"commands2={len(runs2)} writes2={writes2} faults={survived}/{injected} refused={refused}/{tried}")
     return 1 if failures else 0
+
+
+def _services(bed, check) -> dict:
+    """Up with kpro5's services, up again, destroy; figures for the summary line."""
+    import socket
+
+    from components.deploy_gate import parse_gate_output
+    from engine_standin import Engine, start_engine
+    from sshhost.bed import SECRETS
+
+    def free_port() -> int:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return probe.getsockname()[1]
+
+    ports = free_port(), free_port()
+    engine = start_engine(Engine(kind="sglang", sglang_length=3.4, sglang_rate=0.8, key=SECRETS["llmApiKey"]), ports[0])
+    try:
+        values = bed.services_values(*ports)
+        began = time.monotonic()
+        first = bed.up(values)
+        converge1 = time.monotonic() - began
+        gate = parse_gate_output(first[-1].stdout) if first else None
+        check(bool(gate and gate["passed"]), f"up: {len(first)} commands, deploy gate passed")
+        began = time.monotonic()
+        second = bed.up(values)
+        converge2 = time.monotonic() - began
+        check(second == [], f"up again: {len(second)} commands")
+        bed.destroy()
+        log = bed.executor.log_file.read_bytes() + bed.executor.state_file.read_bytes()
+        leaks = sum(value.encode() in log for value in SECRETS.values())
+        check(leaks == 0, "no secret value in the command log or the state")
+        kept = (bed.tree / "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json").exists()
+        check(kept, "destroy kept the downloaded weights")
+    finally:
+        engine.shutdown()
+        engine.server_close()
+        bed.close()
+    return {"converge1": f"{converge1:.1f}s", "converge2": f"{converge2:.1f}s", "commands1": len(first),
+            "commands2": len(second), "gate": "passed" if gate and gate["passed"] else "failed",
+            "acceptance": f"{gate['acceptance_length']:.2f}" if gate else "-", "leaks": leaks, "weightsKept": kept}
 
 
 def _converges(bed, plan) -> bool:
