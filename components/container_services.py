@@ -90,9 +90,9 @@ class ContainerServices(pulumi.ComponentResource):
                      for service, step in plan.envs.items()}
         downloads: dict[str, list[pulumi.Resource]] = {}
         for download, step in plan.downloads:
-            waits = [self.envs[download.hf_from.name].command] + ([store.command] if store else [])
+            waits = [self.envs[download.env].command] + ([store.command] if store else [])
             token = secrets.get(HF_TOKEN) if download.gated else None
-            resource = ModelDownload(f"{name}-model-{download_slug(download.spec)}", step, connection, token, child,
+            resource = ModelDownload(f"{name}-model-{download_slug(download)}", step, connection, token, child,
                                      waits)
             for service in download.services:
                 downloads.setdefault(service, []).append(resource.command)

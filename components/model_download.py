@@ -17,7 +17,7 @@ from pulumi_command import remote
 
 from components._command import step_command
 from components.drafter_config import target_layer_ids
-from components.inference_service import venv_path
+from components.inference_service import SERVICE_ROOT
 from components.python_env import in_container
 from gpuhosts.compat import model_facts
 from gpuhosts.config import ContainerConfig
@@ -33,9 +33,14 @@ class Download:
 
     spec: ModelSpec
     services: tuple[str, ...]
-    hf_from: ServiceConfig  # whose environment's `hf` and Python do the work
+    env: str  # the uv environment whose `hf` and Python do the work
     store: str | None
     check: dict[str, Any]
+    path: str = ""
+
+    @property
+    def directory(self) -> str:
+        return self.path or self.spec.path
 
     @property
     def gated(self) -> bool:
@@ -70,23 +75,23 @@ def downloads_for(container: ContainerConfig, services: list[ServiceConfig]) -> 
             store = container.model_store.path if service.weights_on is WeightsOn.HOST and container.model_store else None
             known = found.get(spec.path)
             if known is None:
-                found[spec.path] = Download(spec, (service.name,), service, store, _check(service, spec))
+                found[spec.path] = Download(spec, (service.name,), service.name, store, _check(service, spec))
             else:
-                found[spec.path] = Download(known.spec, known.services + (service.name,), known.hf_from, known.store,
+                found[spec.path] = Download(known.spec, known.services + (service.name,), known.env, known.store,
                                             {**known.check, **_check(service, spec)})
     return list(found.values())
 
 
-def download_slug(spec: ModelSpec) -> str:
-    return spec.path.rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-").replace(".", "-")
+def download_slug(download: Download) -> str:
+    return download.directory.rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-").replace(".", "-")
 
 
-def plan_model_download(host: str, vmid: int, download: Download) -> Step:
+def plan_model_download(host: str, vmid: int | None, download: Download) -> Step:
     spec = download.spec
-    unit = f"ct{vmid}-model-{download_slug(spec)}"
-    venv = venv_path(download.hf_from)
+    unit = (f"ct{vmid}-" if vmid is not None else "") + f"model-{download_slug(download)}"
+    venv = f"{SERVICE_ROOT}/{download.env}/venv"
     secret = HF_TOKEN if download.gated else None
-    values = dict(unit=unit, vmid=vmid, repo=spec.repo, revision=spec.revision, local_dir=spec.path,
+    values = dict(unit=unit, vmid=vmid, repo=spec.repo, revision=spec.revision, local_dir=download.directory,
                   hf=f"{venv}/bin/hf", python=f"{venv}/bin/python", secret=secret, store=download.store,
                   check=download.check, delete=spec.delete_on_destroy)
     return Step(

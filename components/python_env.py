@@ -6,11 +6,13 @@ environment, so two engines (or two builds of one) never share dependencies.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 from pulumi_command import remote
 
 from components._command import step_command
-from components.inference_service import SERVICE_ROOT, venv_path
+from components.inference_service import SERVICE_ROOT
 from gpuhosts.render import Step, render
 from gpuhosts.services import ServiceConfig
 
@@ -29,25 +31,61 @@ def requirement(service: ServiceConfig) -> str:
     return f"{name}{PACKAGE_EXTRAS[name]}=={engine.version}"
 
 
-def in_container(unit: str, vmid: int, inner: str, *, secret: str | None = None, teardown: bool = False) -> str:
-    """A host command that runs `inner` inside container `vmid`, with `secret` (a name) passed on through stdin."""
+@dataclass(frozen=True)
+class EnvSpec:
+    """One uv environment: where it lives, what goes in it, and optionally a source checkout beside it (for the
+    scripts a package's repository carries but its wheel does not)."""
+
+    name: str
+    requirement: str
+    package: str
+    release: str
+    from_git: bool
+    python: str
+    checkout_url: str | None = None
+    checkout_ref: str | None = None
+    # Environments that download models carry huggingface_hub's `hf` (the engines depend on it).
+    needs_hf: bool = True
+
+    @property
+    def home(self) -> str:
+        return f"{SERVICE_ROOT}/{self.name}"
+
+    @property
+    def venv(self) -> str:
+        return f"{self.home}/venv"
+
+    @property
+    def checkout(self) -> str:
+        return f"{self.home}/src"
+
+
+def service_env(service: ServiceConfig) -> EnvSpec:
+    return EnvSpec(name=service.name, requirement=requirement(service), package=service.engine.name.value,
+                   release=service.engine.version, from_git=service.engine.git_ref is not None, python=service.python)
+
+
+def in_container(unit: str, vmid: int | None, inner: str, *, secret: str | None = None, teardown: bool = False) -> str:
+    """A host command that runs `inner` inside container `vmid`, with `secret` (a name) passed on through stdin.
+    Without a container (a training node) the script is the command itself and reads the secret from stdin."""
+    if vmid is None:
+        return inner
     return render("container_services/in-container.sh.j2", unit=unit, vmid=vmid, inner=inner.rstrip("\n"),
                   secret=secret, teardown=teardown)
 
 
-def plan_python_env(host: str, service: ServiceConfig) -> Step:
-    unit = f"ct{service.container}-env-{service.name}"
-    values = dict(unit=unit, vmid=service.container, service=service.name, venv=venv_path(service),
-                  requirement=requirement(service), package=service.engine.name.value,
-                  release=service.engine.version, from_git=service.engine.git_ref is not None,
-                  python_version=service.python, uv_version=UV_VERSION, uv_home=UV_HOME,
-                  service_dir=f"{SERVICE_ROOT}/{service.name}", envs_root=SERVICE_ROOT)
+def plan_env(host: str, unit: str, env: EnvSpec, vmid: int | None) -> Step:
+    values = dict(unit=unit, vmid=vmid, env=env, uv_version=UV_VERSION, uv_home=UV_HOME, envs_root=SERVICE_ROOT)
     return Step(
         name=f"{host}-{unit}",
-        create=in_container(unit, service.container, render("container_services/python-env.sh.j2", **values)),
-        delete=in_container(unit, service.container, render("container_services/python-env-teardown.sh.j2", **values),
+        create=in_container(unit, vmid, render("container_services/python-env.sh.j2", **values)),
+        delete=in_container(unit, vmid, render("container_services/python-env-teardown.sh.j2", **values),
                             teardown=True),
     )
+
+
+def plan_python_env(host: str, service: ServiceConfig) -> Step:
+    return plan_env(host, f"ct{service.container}-env-{service.name}", service_env(service), service.container)
 
 
 class PythonEnv(pulumi.ComponentResource):

@@ -43,6 +43,13 @@ def service_lines(summary: dict) -> list[str]:
     """One paragraph per service: where it runs, the engine build, and its derived command line."""
     lines = []
     for host, desired in summary["hosts"].items():
+        training = desired.get("training")
+        if training:
+            gpus, ids = training["gpus"], training["layerIds"]
+            lines.append(f"  {host}: hidden-state server on GPUs {gpus['server']}, training on GPUs {gpus['training']}")
+            lines.append(f"    layer ids: drafter config {ids['drafterConfig']}, trainer {ids['trainer']}, "
+                         f"server extracts {ids['serverExtracts']}")
+            lines.append("    " + " ".join(training["server"]["argv"]))
         for vmid, container in (desired.get("containers") or {}).items():
             for name, service in (container.get("services") or {}).items():
                 state = "enabled" if service["enabled"] else "installed stopped"

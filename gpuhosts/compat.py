@@ -54,15 +54,35 @@ class Rule(_Row):
 
 class ModelRow(_Row):
     repo: str
+    size_gb: float | None = None
     family: str | None = None
     gdn_hybrid: bool | None = None
     num_layers: int | None = None
     sliding_window: bool | None = None
 
 
+class TrainingRule(_Row):
+    id: str
+    severity: Severity
+    check: str
+    params: dict[str, Any] = {}
+    field: str
+    reason: str
+    fix: str
+    source: str
+
+    @field_validator("check")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in TRAINING_CHECKS:
+            raise ValueError(f"unknown training check {value!r}; known: {', '.join(sorted(TRAINING_CHECKS))}")
+        return value
+
+
 class RuleFile(_Row):
     models: tuple[ModelRow, ...] = ()
     rules: tuple[Rule, ...]
+    training_rules: tuple[TrainingRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +91,7 @@ class ModelFacts:
     gdn_hybrid: bool = False
     num_layers: int | None = None
     sliding_window: bool | None = None
+    size_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +124,8 @@ def model_facts(repo: str, rules: RuleFile | None = None) -> ModelFacts:
         if fnmatch.fnmatchcase(repo, row.repo):
             merged.update({k: v for k, v in row.model_dump(exclude={"repo"}).items() if v is not None})
     return ModelFacts(family=merged.get("family"), gdn_hybrid=bool(merged.get("gdn_hybrid")),
-                      num_layers=merged.get("num_layers"), sliding_window=merged.get("sliding_window"))
+                      num_layers=merged.get("num_layers"), sliding_window=merged.get("sliding_window"),
+                      size_gb=merged.get("size_gb"))
 
 
 def version_key(text: str) -> tuple:
@@ -307,3 +329,47 @@ def errors(findings: list[Finding]) -> list[Finding]:
 
 def warnings(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity is Severity.WARNING]
+
+
+# --- training node rules ---------------------------------------------------------------------------------------
+
+def _package(training: Any, name: str) -> Any:
+    return getattr(training, name)
+
+
+def _training_fix_present(params: dict, training: Any, rules: RuleFile) -> str | None:
+    """The package lacks a fix (a PR) that the verifier needs; `onlyGdnHybrid` limits it to hybrid verifiers."""
+    if params.get("onlyGdnHybrid") and not model_facts(training.verifier.repo, rules).gdn_hybrid:
+        return None
+    package = _package(training, params["package"])
+    pr = params["pr"]
+    if pr in package.includes_prs or version_key(package.version) >= version_key(params["knownIn"]):
+        return None
+    return f"{params['package']} {package.version}{' + ' + package.git_ref if package.git_ref else ''} is not known " \
+           f"to contain PR {pr}"
+
+
+def _training_min_version(params: dict, training: Any, rules: RuleFile) -> str | None:
+    package = _package(training, params["package"])
+    if version_key(package.version) >= version_key(params["minVersion"]):
+        return None
+    return f"{params['package']} {package.version} is older than {params['minVersion']}"
+
+
+TRAINING_CHECKS: dict[str, Callable[[dict, Any, RuleFile], str | None]] = {
+    "training_fix_present": _training_fix_present,
+    "training_min_version": _training_min_version,
+}
+
+
+def check_training(training: Any, rules: RuleFile | None = None) -> list[Finding]:
+    """Every training rule against a training node's settings (gpuhosts.training.TrainingConfig)."""
+    rule_file = rules or load_rules()
+    findings = []
+    for rule in rule_file.training_rules:
+        detail = TRAINING_CHECKS[rule.check](rule.params, training, rule_file)
+        if detail is not None:
+            findings.append(Finding(rule=rule.id, severity=rule.severity, path=f"{NAMESPACE}:training.{rule.field}",
+                                    message=detail, reason=" ".join(rule.reason.split()), fix=" ".join(rule.fix.split()),
+                                    source=" ".join(rule.source.split())))
+    return findings

@@ -69,7 +69,9 @@ def stand_in_secrets(values: dict[str, Any], secure: set[str]) -> tuple[dict[str
     """Values with a placeholder for every secret the stack needs but the file does not hold, all secret keys, and a
     warning per stand-in. A stack file cannot carry a placeholder `secure:` value (the CLI would fail to decrypt
     it), so secrets set only at deploy time are declared by being named (sshPrivateKey, apiKeySecret, hfToken)."""
-    needed = {"sshPrivateKey"} | referenced_secrets(values.get("services"))
+    from gpuhosts.training import referenced_training_secrets
+
+    needed = {"sshPrivateKey"} | referenced_secrets(values.get("services")) | referenced_training_secrets(values.get("training"))
     missing = sorted(needed - set(values))
     warnings = [f"{NAMESPACE}:{name} is not set in the stack file; the plan stands in for it and `pulumi up` needs it: "
                 f"pulumi config set --secret {NAMESPACE}:{name}" for name in missing]
@@ -181,6 +183,24 @@ def effective_dependencies(resources: list[Recorded]) -> list[Recorded]:
     return result
 
 
+def is_training_stack(values: dict[str, Any]) -> bool:
+    return values.get("node") is not None or values.get("training") is not None
+
+
+def load_stack(values: dict[str, Any], secure: set[str]) -> tuple[str, list, list[str]]:
+    """A stack's host name, its steps in apply order, and its warnings — a Proxmox host or a training node."""
+    if is_training_stack(values):
+        from components.training_node import plan_training_node
+        from gpuhosts.training import validate_trainer_stack
+
+        trainer = validate_trainer_stack(values, secure)
+        return trainer.node.name, plan_training_node(trainer).steps, list(trainer.warnings)
+    from components.proxmox_host import plan_host
+
+    config = validate_stack(values, secure)
+    return config.host.name, plan_host(config).steps, config.warnings()
+
+
 def _dump(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -188,12 +208,9 @@ def _dump(path: Path, data: Any) -> None:
 
 def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> dict[str, Any]:
     """Validate, run the program, and write the plan into `out` (replaced whole; untouched on any error)."""
-    from components.proxmox_host import plan_host
-
     values, secure, secret_warnings = stand_in_secrets(*read_stack_file(stack_file))
-    config = validate_stack(values, secure)
+    host, steps, stack_warnings = load_stack(values, secure)
     run = run_program(project_root, stack, values, secure)
-    host = config.host.name
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
@@ -206,7 +223,6 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
         ])
 
         host_dir = staging / "hosts" / host
-        steps = plan_host(config).steps
         for step in steps:
             for file in step.files:
                 base = host_dir if step.container is None else host_dir / "containers" / str(step.container)
@@ -234,7 +250,7 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
         desired = run.outputs.get("desired")
         if desired is None:
             raise PlanError("the program exported no 'desired' output")
-        summary = {"stack": stack, "hosts": {host: desired}, "warnings": secret_warnings + config.warnings()}
+        summary = {"stack": stack, "hosts": {host: desired}, "warnings": secret_warnings + stack_warnings}
         _dump(staging / "summary.json", summary)
 
         if SECRET_PLACEHOLDER in "".join(p.read_text() for p in staging.rglob("*") if p.is_file()):

@@ -22,6 +22,20 @@ def kpro5_values() -> dict:
     return copy.deepcopy(values)
 
 
+# What `pulumi config set --secret` gives the training node.
+TRAINER_SECRETS = frozenset({"sshPrivateKey", "hfToken"})
+
+
+def trainer_values() -> dict:
+    values, _secure = read_stack_file(PROJECT / "stacks" / "Pulumi.trainer.yaml")
+    return copy.deepcopy(values)
+
+
+@pytest.fixture
+def trainer() -> dict:
+    return trainer_values()
+
+
 @pytest.fixture
 def kpro5() -> dict:
     return kpro5_values()

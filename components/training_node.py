@@ -1,0 +1,315 @@
+"""TrainingNode: a node that trains a DFlash drafter with speculators, from a bare machine to a running, observable job.
+
+Apply order: pre-flight (GPUs, driver, disk) → the speculators, vLLM and monitor environments → the verifier and the
+starting drafter → the data set → the hidden-state server → the hidden-state check → the training job → the monitor.
+Destroy stops the services and removes units and environments; models, data and checkpoints stay unless the config
+says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulumi
+from pulumi_command import remote
+
+from components._command import connection_args, step_command
+from components import hidden_state_check
+from components.inference_service import exec_start, systemd_word
+from components.model_download import HF_TOKEN, Download, plan_model_download
+from components.python_env import SERVICE_ROOT, EnvSpec, plan_env
+from gpuhosts.compat import model_facts
+from gpuhosts.render import HostFile, Step, render
+from gpuhosts.training import LayerIds, TrainerStack, layer_ids
+
+SPECULATORS_REPOSITORY = "https://github.com/vllm-project/speculators"
+VLLM_REPOSITORY = "https://github.com/vllm-project/vllm"
+FLASK_VERSION = "3.1.2"
+SERVER_UNIT = "gpuhosts-hidden-state-server.service"
+TRAINING_UNIT = "gpuhosts-dflash-training.service"
+MONITOR_UNIT = "gpuhosts-training-monitor.service"
+CHECK_SCRIPT = "/usr/local/lib/gpuhosts/check-hidden-states.py"
+MONITOR_TOKEN = "/etc/gpuhosts/monitor.token"
+MONITOR_PACKAGE = Path(__file__).resolve().parent.parent / "gpuhosts_monitor"
+PROBE_PROMPT = "Explain in one sentence why the sky is blue."
+READY_TIMEOUT_S = 1800
+
+
+def _package_env(name: str, package: str, spec, repository: str, python: str, *, checkout: bool = False) -> EnvSpec:
+    requirement = f"{package} @ git+{repository}@{spec.git_ref}" if spec.git_ref else f"{package}=={spec.version}"
+    ref = spec.git_ref or f"refs/tags/v{spec.version}"
+    return EnvSpec(name=name, requirement=requirement, package=package, release=spec.version,
+                   from_git=spec.git_ref is not None, python=python,
+                   checkout_url=repository if checkout else None, checkout_ref=ref if checkout else None)
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Everything the node receives, in apply order; the component and the offline plan both read it."""
+
+    preflight: Step
+    envs: dict[str, Step]
+    downloads: dict[str, Step]
+    dataset: Step
+    server: Step
+    check: Step
+    job: Step
+    monitor: Step
+    ids: LayerIds
+    summary: dict
+
+    @property
+    def steps(self) -> list[Step]:
+        return [self.preflight, *self.envs.values(), *self.downloads.values(), self.dataset, self.server, self.check,
+                self.job, self.monitor]
+
+
+def plan_training_node(stack: TrainerStack) -> TrainingPlan:
+    node, training = stack.node, stack.training
+    host = node.name
+    verifier_dir, drafter_dir = stack.model_dir(training.verifier), stack.model_dir(training.drafter)
+    verifier_facts = model_facts(training.verifier.repo)
+    num_verifier_layers = training.verifier.num_layers or verifier_facts.num_layers
+    if num_verifier_layers is None:
+        raise ValueError(f"gpuhosts:training.verifier.numLayers: {training.verifier.repo} is not in the model table; "
+                         "give its num_hidden_layers")
+    ids = layer_ids(num_verifier_layers, training.hyper.num_layers)
+
+    envs = {
+        "speculators": _package_env("speculators", "speculators", training.speculators, SPECULATORS_REPOSITORY,
+                                    training.python, checkout=True),
+        "vllm": _package_env("vllm", "vllm", training.vllm, VLLM_REPOSITORY, training.python),
+        "monitor": EnvSpec(name="monitor", requirement=f"flask=={FLASK_VERSION}", package="flask",
+                           release=FLASK_VERSION, from_git=False, python=training.python, needs_hf=False),
+    }
+    env_steps = {name: plan_env(host, f"env-{name}", env, None) for name, env in envs.items()}
+    speculators, vllm_env = envs["speculators"], envs["vllm"]
+
+    verifier_check = {"num_layers": num_verifier_layers}
+    drafter_check = {"target_layer_ids": list(ids.drafter)}
+    downloads = {
+        "verifier": Download(training.verifier, ("training",), "speculators", None, verifier_check, verifier_dir),
+        "drafter": Download(training.drafter, ("training",), "speculators", None, drafter_check, drafter_dir),
+    }
+    download_steps = {name: plan_model_download(host, None, d) for name, d in downloads.items()}
+
+    dataset_dir = stack.dataset_dir
+    dataset = Step(name=f"{host}-dataset-{training.dataset.name}",
+                   create=render("training_node/dataset-stage.sh.j2", unit=f"dataset-{training.dataset.name}",
+                                 dataset=training.dataset, target=dataset_dir),
+                   delete=render("training_node/dataset-teardown.sh.j2", unit=f"dataset-{training.dataset.name}",
+                                 dataset=training.dataset, target=dataset_dir))
+
+    storage = node.storage
+    need_gb = int((verifier_facts.size_gb or 60) + (model_facts(training.drafter.repo).size_gb or 5)
+                  + training.dataset.size_gb + training.checkpoints_reserve_gb + 0.999)
+    preflight = Step(name=f"{host}-preflight",
+                     create=render("training_node/preflight.sh.j2", unit="preflight", node=node, need_gb=need_gb,
+                                   present_dirs=[verifier_dir, drafter_dir, dataset_dir, stack.checkpoints]),
+                     delete=render("training_node/preflight-teardown.sh.j2", unit="preflight"))
+
+    # --- the hidden-state server --------------------------------------------------------------------------------
+    server = training.server
+    states_dir = f"{storage}/hidden_states"
+    server_url = f"http://127.0.0.1:{server.port}"
+    server_argv = [f"{vllm_env.venv}/bin/python", f"{speculators.checkout}/scripts/launch_vllm.py", verifier_dir,
+                   "--hidden-states-path", states_dir, "--target-layer-ids", *map(str, ids.trainer), "--",
+                   "--host", "127.0.0.1", "--port", str(server.port),
+                   "--tensor-parallel-size", str(server.tensor_parallel_size)]
+    if server.data_parallel_size > 1:
+        server_argv += ["--data-parallel-size", str(server.data_parallel_size)]
+    server_argv += ["--gpu-memory-utilization", format(server.mem_fraction, "g"),
+                    "--max-model-len", str(server.max_model_len), *server.extra_args]
+    server_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, server.gpus)),
+                  "HF_HUB_OFFLINE": "1",
+                  # launch_vllm.py starts `vllm serve`: the vLLM environment's bin comes first.
+                  "PATH": f"{vllm_env.venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    server_unit = HostFile(f"/etc/systemd/system/{SERVER_UNIT}", render(
+        "training_node/server.service.j2", vllm_version=training.vllm.version, gpus=server.gpus, ids=ids,
+        verifier_repo=training.verifier.repo, workdir=speculators.checkout,
+        environment_lines=[systemd_word(f"{k}={v}") for k, v in sorted(server_env.items())],
+        exec_start=exec_start(server_argv)))
+    check_script = HostFile(CHECK_SCRIPT, render("training_node/check-hidden-states.py.j2", path=CHECK_SCRIPT,
+                                                 source=Path(hidden_state_check.__file__).read_text().rstrip("\n")), "0755")
+    server_step = Step(
+        name=f"{host}-hidden-state-server",
+        create=render("training_node/unit.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
+                      summary=f"The hidden-state server on GPUs {list(server.gpus)}.", files=[server_unit, check_script],
+                      needs=[f"{speculators.checkout}/scripts/launch_vllm.py", f"{verifier_dir}/.gpuhosts-download"],
+                      secret_file=None),
+        delete=render("training_node/unit-teardown.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
+                      keeps="the hidden states it cached are the training's to delete.",
+                      remove=[server_unit.path, check_script.path], delete_dirs=[]),
+        files=(server_unit, check_script))
+
+    probe = dict(server_url=server_url, states_dir=states_dir, ready_timeout_s=READY_TIMEOUT_S,
+                 python=f"{vllm_env.venv}/bin/python", check_script=CHECK_SCRIPT,
+                 probe_request=json.dumps({"model": verifier_dir, "prompt": PROBE_PROMPT, "max_tokens": 1}))
+    check = Step(name=f"{host}-hidden-state-check",
+                 create=render("training_node/hidden-state-check.sh.j2", unit="hidden-state-check",
+                               server_digest=server_step.digest, **probe),
+                 delete=render("training_node/preflight-teardown.sh.j2", unit="hidden-state-check"))
+
+    # --- the training job -------------------------------------------------------------------------------------
+    hyper = training.hyper
+    save = stack.checkpoints
+    family = (verifier_facts.family or "model").replace(".", "")
+    script_path = f"{SERVICE_ROOT}/training/train_dflash_{family}.sh"
+    args = [f"--verifier-name-or-path {verifier_dir}", f"--data-path {dataset_dir}", f"--vllm-endpoint {server_url}",
+            f"--save-path {save}", f"--epochs {hyper.epochs}", f"--lr {format(hyper.lr, 'g')}",
+            "--speculator-type dflash", f"--block-size {hyper.block_size}", f"--num-layers {hyper.num_layers}",
+            "--target-layer-ids " + " ".join(map(str, ids.trainer)), f"--mask-token-id {hyper.mask_token_id}",
+            f"--max-seq-len {hyper.max_seq_len}"]
+    if hyper.sliding_window:
+        args.append(f"--sliding-window {hyper.sliding_window}")
+    args += [a if " " not in a else json.dumps(a) for a in hyper.extra_args]
+    script = HostFile(script_path, render(
+        "training_node/train.sh.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
+        server_gpus=server.gpus, unit_name=TRAINING_UNIT, num_verifier_layers=num_verifier_layers,
+        num_layers=hyper.num_layers, ids=ids, save=save, start_from=drafter_dir,
+        torchrun=f"{speculators.venv}/bin/torchrun", train_py=f"{speculators.checkout}/scripts/train.py",
+        train_args=args, **probe), "0755")
+    log = f"{save}/train.log"
+    job_unit = HostFile(f"/etc/systemd/system/{TRAINING_UNIT}", render(
+        "training_node/training.service.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
+        server_unit=SERVER_UNIT, workdir=save, script=script_path, log=log))
+    delete_dirs = [save] if training.delete_checkpoints_on_destroy else []
+    job = Step(
+        name=f"{host}-dflash-training",
+        create=render("training_node/unit.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
+                      summary=f"torchrun on GPUs {list(training.training_gpus)}; checkpoints in {save}.",
+                      files=[script, job_unit], needs=[f"{dataset_dir}/SHA256SUMS", f"{drafter_dir}/.gpuhosts-download"],
+                      secret_file=None, make_dirs=[save]),
+        delete=render("training_node/unit-teardown.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
+                      keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
+                      remove=[job_unit.path, script.path], delete_dirs=delete_dirs),
+        files=(script, job_unit))
+
+    # --- the monitor ------------------------------------------------------------------------------------------
+    monitor = training.monitor
+    app_dir = f"{SERVICE_ROOT}/monitor/app"
+    app_files = tuple(HostFile(f"{app_dir}/gpuhosts_monitor/{p.relative_to(MONITOR_PACKAGE).as_posix()}", p.read_text())
+                      for p in sorted(MONITOR_PACKAGE.rglob("*")) if p.is_file() and p.suffix in (".py", ".html", ".css", ".js"))
+    token_file = MONITOR_TOKEN if monitor.token_secret else None
+    monitor_argv = [f"{envs['monitor'].venv}/bin/python", "-m", "gpuhosts_monitor", "--log", log, "--checkpoints", save,
+                    "--server-url", server_url, "--bind", monitor.bind, "--port", str(monitor.port),
+                    "--title", f"DFlash training of {training.verifier.repo}"]
+    if token_file:
+        monitor_argv += ["--token-file", token_file]
+    monitor_unit = HostFile(f"/etc/systemd/system/{MONITOR_UNIT}", render(
+        "training_node/monitor.service.j2", bind=monitor.bind, port=monitor.port, token_file=token_file,
+        workdir=app_dir, exec_start=exec_start(monitor_argv)))
+    monitor_step = Step(
+        name=f"{host}-training-monitor",
+        create=render("training_node/unit.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,
+                      summary=f"The monitoring web UI on {monitor.bind}:{monitor.port}.",
+                      files=[*app_files, monitor_unit], needs=[f"{envs['monitor'].venv}/bin/python"],
+                      secret_file=token_file),
+        delete=render("training_node/unit-teardown.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,
+                      keeps="it only reads the training.", remove=[monitor_unit.path, *(f.path for f in app_files),
+                                                                 *([token_file] if token_file else [])],
+                      delete_dirs=[]),
+        files=(*app_files, monitor_unit),
+        stdin_secret=monitor.token_secret)
+
+    summary = {
+        "driver": node.driver_version,
+        "gpus": {"count": node.gpus.count, "model": node.gpus.model,
+                 "server": list(server.gpus), "training": list(training.training_gpus)},
+        "layerIds": {"drafterConfig": list(ids.drafter), "trainer": list(ids.trainer), "serverExtracts": list(ids.server)},
+        "verifier": {"repo": training.verifier.repo, "dir": verifier_dir, "layers": num_verifier_layers},
+        "startFrom": {"repo": training.drafter.repo, "dir": drafter_dir, "gated": training.drafter.gated},
+        "environments": {name: env.requirement for name, env in envs.items()},
+        "server": {"unit": SERVER_UNIT, "url": server_url, "argv": server_argv, "environment": server_env},
+        "training": {"unit": TRAINING_UNIT, "script": script_path, "nprocPerNode": len(training.training_gpus),
+                     "args": args, "checkpoints": save, "log": log},
+        "dataset": {"dir": dataset_dir, "samples": training.dataset.samples, "source": training.dataset.source},
+        "monitor": {"unit": MONITOR_UNIT, "listen": f"{monitor.bind}:{monitor.port}",
+                    "token": f"gpuhosts:{monitor.token_secret}" if monitor.token_secret else None},
+        "diskNeededGb": need_gb,
+        "keptOnDestroy": [d for d, delete in ((verifier_dir, training.verifier.delete_on_destroy),
+                                              (drafter_dir, training.drafter.delete_on_destroy),
+                                              (dataset_dir, training.dataset.delete_on_destroy),
+                                              (save, training.delete_checkpoints_on_destroy)) if not delete],
+    }
+    return TrainingPlan(preflight=preflight, envs=env_steps, downloads=download_steps, dataset=dataset,
+                        server=server_step, check=check, job=job, monitor=monitor_step, ids=ids, summary=summary)
+
+
+# --- components -------------------------------------------------------------------------------------------------
+
+class _NodeUnit(pulumi.ComponentResource):
+    TYPE = ""
+
+    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs, stdin: pulumi.Input[str] | None = None,
+                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        self.command = step_command(step, connection, self, depends_on or [], stdin=stdin)
+        self.register_outputs({"stdout": self.command.stdout})
+
+
+class Preflight(_NodeUnit):
+    TYPE = "gpuhosts:training:Preflight"
+
+
+class TrainingEnv(_NodeUnit):
+    TYPE = "gpuhosts:training:PythonEnv"
+
+
+class TrainingDownload(_NodeUnit):
+    TYPE = "gpuhosts:training:ModelDownload"
+
+
+class DatasetStage(_NodeUnit):
+    TYPE = "gpuhosts:training:DatasetStage"
+
+
+class HiddenStateServer(_NodeUnit):
+    TYPE = "gpuhosts:training:HiddenStateServer"
+
+
+class HiddenStateCheck(_NodeUnit):
+    TYPE = "gpuhosts:training:HiddenStateCheck"
+
+
+class TrainingJob(_NodeUnit):
+    TYPE = "gpuhosts:training:TrainingJob"
+
+
+class TrainingMonitor(_NodeUnit):
+    TYPE = "gpuhosts:training:TrainingMonitor"
+
+
+class TrainingNode(pulumi.ComponentResource):
+    def __init__(self, stack: TrainerStack, private_key: pulumi.Input[str], secrets: dict[str, pulumi.Input[str]],
+                 opts: pulumi.ResourceOptions | None = None):
+        name = stack.node.name
+        super().__init__("gpuhosts:training:TrainingNode", name, None, opts)
+        plan = plan_training_node(stack)
+        connection = connection_args(stack.node, private_key)
+        child = pulumi.ResourceOptions(parent=self)
+
+        preflight = Preflight(f"{name}-preflight", plan.preflight, connection, opts=child)
+        envs = {env: TrainingEnv(f"{name}-env-{env}", step, connection, opts=child, depends_on=[preflight.command])
+                for env, step in plan.envs.items()}
+        downloads = {
+            key: TrainingDownload(f"{name}-{key}", step, connection,
+                                  stdin=secrets.get(HF_TOKEN) if step.stdin_secret else None, opts=child,
+                                  depends_on=[envs["speculators"].command])
+            for key, step in plan.downloads.items()}
+        dataset = DatasetStage(f"{name}-dataset", plan.dataset, connection, opts=child, depends_on=[preflight.command])
+        server = HiddenStateServer(f"{name}-hidden-state-server", plan.server, connection, opts=child,
+                                   depends_on=[envs["vllm"].command, envs["speculators"].command,
+                                               downloads["verifier"].command])
+        check = HiddenStateCheck(f"{name}-hidden-state-check", plan.check, connection, opts=child,
+                                 depends_on=[server.command])
+        job = TrainingJob(f"{name}-dflash-training", plan.job, connection, opts=child,
+                          depends_on=[check.command, dataset.command, downloads["drafter"].command])
+        token = stack.training.monitor.token_secret
+        TrainingMonitor(f"{name}-training-monitor", plan.monitor, connection,
+                        stdin=secrets.get(token) if token else None, opts=child,
+                        depends_on=[envs["monitor"].command, job.command])
+        self.summary = plan.summary
+        self.register_outputs({"training": plan.summary})

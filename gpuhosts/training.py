@@ -1,0 +1,298 @@
+"""Typed configuration of a training node stack: `gpuhosts:node` and `gpuhosts:training`.
+
+A training node is a plain Linux machine whose NVIDIA driver comes with it (checked, never installed). It trains a
+DFlash drafter with vllm-project/speculators: a vLLM server extracts the verifier's hidden states on one set of GPUs,
+`torchrun` trains on another. Field rules live on the models, rules across fields in `_training_problems`, and
+rules about what a release of vLLM or speculators can do in gpuhosts/compat-rules.yaml (`trainingRules`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from gpuhosts.config import (
+    DRIVER_VERSION,
+    HOSTNAME,
+    NAMESPACE,
+    SHA256,
+    ConfigError,
+    Problem,
+    SshConfig,
+    _Model,
+    _suggest,
+    _validate_at,
+)
+from gpuhosts.services import GIT_REF, DrafterSpec, ModelSpec, _release
+
+TRAINER_SECTIONS = ("node", "training")
+TRAINER_SECRET_KEYS = ("sshPrivateKey", "hfToken")
+SOURCE = re.compile(r"^(?:https://[^\s'\"]+|file:///[^\s'\"]+)/$")
+
+
+class NodeGpus(_Model):
+    count: int = Field(ge=1, le=64, description="How many GPUs the node must have (pre-flight refuses fewer).")
+    model: str = Field(min_length=1, description="A word of the GPUs' name as nvidia-smi prints it (`RTX PRO 6000`).")
+
+
+class NodeConfig(_Model):
+    name: str = Field(description="Node name: resource names and the plan's host folder.")
+    ssh: SshConfig
+    gpus: NodeGpus
+    driver_version: str = Field(description="The NVIDIA driver the node must run (checked, not installed).")
+    storage: str = Field("/data", description="Directory for models, data, environments and checkpoints. Default /data.")
+
+    @field_validator("name")
+    @classmethod
+    def _hostname(cls, value: str) -> str:
+        if not HOSTNAME.match(value):
+            raise ValueError("must be a lower-case host name (letters, digits, '-'), e.g. trainer")
+        return value
+
+    @field_validator("driver_version", mode="before")
+    @classmethod
+    def _driver(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not DRIVER_VERSION.match(value):
+            raise ValueError(f"{value!r} is not an exact driver version; quote it, e.g. \"580.126.09\"")
+        return value
+
+    @field_validator("storage")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or ".." in value.split("/") or value.rstrip("/") == "":
+            raise ValueError(f"{value!r} must be an absolute directory other than /")
+        return value.rstrip("/")
+
+
+class PackageSpec(_Model):
+    version: str = Field(description="Exact release from PyPI (with gitRef: the release the ref is based on).")
+    git_ref: str | None = Field(None, description="Build from this git ref of the repository instead. Default none.")
+    includes_prs: tuple[int, ...] = Field((), description="Pull requests the build contains beyond its release.")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        return _release(value)
+
+    @field_validator("git_ref")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        if value is not None and not GIT_REF.match(value):
+            raise ValueError(f"{value!r} is not a git ref: use refs/pull/N/head, refs/heads/…, refs/tags/… or a full commit")
+        return value
+
+
+class ServerSpec(_Model):
+    gpus: tuple[int, ...] = Field((0, 1, 2, 3), description="GPU indexes of the hidden-state server. Default 0-3.")
+    tensor_parallel_size: int = Field(4, ge=1, le=64, description="vLLM --tensor-parallel-size. Default 4.")
+    data_parallel_size: int = Field(1, ge=1, le=64, description="vLLM --data-parallel-size. Default 1.")
+    port: int = Field(8000, ge=1024, le=65535, description="Port on 127.0.0.1. Default 8000.")
+    mem_fraction: float = Field(0.85, gt=0, lt=1, description="vLLM --gpu-memory-utilization. Default 0.85.")
+    max_model_len: int = Field(8192, ge=512, description="vLLM --max-model-len; at least the training sequence. Default 8192.")
+    extra_args: tuple[str, ...] = Field((), description="More vLLM flags, appended.")
+
+
+class HyperParameters(_Model):
+    epochs: int = Field(3, ge=1, le=1000, description="Training epochs. Default 3.")
+    lr: float = Field(3e-4, gt=0, lt=1, description="Learning rate. Default 3e-4.")
+    block_size: int = Field(16, ge=2, le=64, description="DFlash block size. Default 16.")
+    num_layers: int = Field(5, ge=1, le=16, description="Drafter decoder layers. Default 5.")
+    sliding_window: int | None = Field(2048, ge=1, description="Drafter sliding window; null for none. Default 2048.")
+    mask_token_id: int = Field(ge=0, description="The verifier tokenizer's mask token id used by DFlash blocks.")
+    max_seq_len: int = Field(8192, ge=256, description="Tokens per training sample. Default 8192.")
+    extra_args: tuple[str, ...] = Field((), description="More train.py flags, appended.")
+
+
+class DatasetSpec(_Model):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="Directory name under <storage>/data.")
+    source: str = Field(description="URL of a directory holding the tokenized data set and its SHA256SUMS manifest "
+                                    "(https://…/ or file:///…/, with the trailing slash).")
+    manifest_sha256: str = Field(description="sha256 of that SHA256SUMS file: it pins every file it lists.")
+    samples: int = Field(ge=1, description="Samples in the data set (for the plan and the monitor's ETA).")
+    size_gb: float = Field(gt=0, description="Size on disk, for the pre-flight disk check.")
+    delete_on_destroy: bool = Field(False, description="Delete the staged data on destroy. Default false: kept.")
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        if not SOURCE.match(value):
+            raise ValueError(f"{value!r} must be an https:// or file:/// URL of a directory, ending in /")
+        return value
+
+    @field_validator("manifest_sha256")
+    @classmethod
+    def _sha(cls, value: str) -> str:
+        if not SHA256.match(value):
+            raise ValueError("must be 64 lower-case hex digits (sha256sum SHA256SUMS)")
+        return value
+
+
+class MonitorSpec(_Model):
+    bind: str = Field("127.0.0.1", description="Address of the monitor. Default 127.0.0.1 (reach it through an SSH tunnel).")
+    port: int = Field(8686, ge=1024, le=65535, description="Port of the monitor. Default 8686.")
+    token_secret: str | None = Field(None, description="Secret stack key with the monitor's token; required for any "
+                                                       "bind other than 127.0.0.1.")
+
+
+class TrainingConfig(_Model):
+    verifier: ModelSpec = Field(description="The target model whose hidden states train the drafter.")
+    drafter: DrafterSpec = Field(description="The drafter to start from (its weights), e.g. z-lab/Qwen3.6-27B-DFlash.")
+    speculators: PackageSpec = Field(description="vllm-project/speculators release (its own environment).")
+    vllm: PackageSpec = Field(description="vLLM release of the hidden-state server (its own environment).")
+    server: ServerSpec = Field(ServerSpec(), description="The hidden-state server.")
+    training_gpus: tuple[int, ...] = Field((4, 5, 6, 7), description="GPU indexes of torchrun. Default 4-7.")
+    hyper: HyperParameters
+    dataset: DatasetSpec
+    checkpoints: str | None = Field(None, description="Checkpoint directory. Default <storage>/checkpoints/<drafter name>.")
+    checkpoints_reserve_gb: float = Field(200, gt=0, description="Disk kept free for checkpoints. Default 200.")
+    delete_checkpoints_on_destroy: bool = Field(False, description="Delete checkpoints on destroy. Default false: kept.")
+    python: str = Field("3.12", pattern=r"^3\.\d{1,2}$", description="Python of the environments. Default 3.12.")
+    monitor: MonitorSpec = Field(MonitorSpec(), description="The monitoring web UI.")
+
+    @field_validator("training_gpus")
+    @classmethod
+    def _gpus(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value:
+            raise ValueError("lists no GPU")
+        return value
+
+    @model_validator(mode="after")
+    def _layers(self) -> "TrainingConfig":
+        if self.drafter.num_layers is not None and self.drafter.num_layers != self.hyper.num_layers:
+            raise ValueError(f"drafter.numLayers {self.drafter.num_layers} differs from hyper.numLayers "
+                             f"{self.hyper.num_layers}; the drafter is trained with the layers it has")
+        return self
+
+
+@dataclass(frozen=True)
+class TrainerStack:
+    node: NodeConfig
+    training: TrainingConfig
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def storage(self) -> str:
+        return self.node.storage
+
+    def model_dir(self, spec: ModelSpec) -> str:
+        return spec.local_dir or f"{self.storage}/models/{spec.repo}"
+
+    @property
+    def checkpoints(self) -> str:
+        return self.training.checkpoints or f"{self.storage}/checkpoints/{self.training.drafter.repo.split('/')[1]}"
+
+    @property
+    def dataset_dir(self) -> str:
+        return f"{self.storage}/data/{self.training.dataset.name}"
+
+
+def _training_problems(node: NodeConfig, training: TrainingConfig, secret_keys: set[str]) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def add(path: str, message: str) -> None:
+        problems.append(Problem(path=f"{NAMESPACE}:{path}", message=message))
+
+    server, train = training.server.gpus, training.training_gpus
+    for field, gpus in (("training.server.gpus", server), ("training.trainingGpus", train)):
+        beyond = [g for g in gpus if g >= node.gpus.count or g < 0]
+        if beyond:
+            add(field, f"GPU(s) {beyond} do not exist on a node of {node.gpus.count} GPUs (0-{node.gpus.count - 1})")
+        if len(set(gpus)) != len(gpus):
+            add(field, "lists a GPU twice")
+    shared = sorted(set(server) & set(train))
+    if shared:
+        add("training.trainingGpus", f"GPU(s) {shared} are also the server's; the server and training need their own GPUs")
+    parallel = training.server.tensor_parallel_size * training.server.data_parallel_size
+    if parallel != len(server):
+        add("training.server.tensorParallelSize", f"tensor × data parallel = {parallel}, but the server has "
+            f"{len(server)} GPU(s); make them equal")
+    if training.drafter.gated and "hfToken" not in secret_keys:
+        add("training.drafter.gated", f"{training.drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
+            f"`pulumi config set --secret {NAMESPACE}:hfToken`")
+    monitor = training.monitor
+    if monitor.bind not in ("127.0.0.1", "::1", "localhost") and monitor.token_secret is None:
+        add("training.monitor.tokenSecret", f"is required when the monitor binds {monitor.bind}: anyone who reaches the "
+            "port would see the training; set a secret key name, or keep bind 127.0.0.1 and use an SSH tunnel")
+    if monitor.token_secret is not None and monitor.token_secret not in secret_keys:
+        add("training.monitor.tokenSecret", f"{NAMESPACE}:{monitor.token_secret} is not a secret of this stack; "
+            f"`pulumi config set --secret {NAMESPACE}:{monitor.token_secret}`")
+    if training.server.max_model_len < training.hyper.max_seq_len:
+        add("training.server.maxModelLen", f"{training.server.max_model_len} is shorter than hyper.maxSeqLen "
+            f"{training.hyper.max_seq_len}; the server could not extract a whole sample")
+    return problems
+
+
+def referenced_training_secrets(raw_training: Any) -> set[str]:
+    names: set[str] = set()
+    if isinstance(raw_training, dict):
+        if isinstance(raw_training.get("drafter"), dict) and raw_training["drafter"].get("gated") is True:
+            names.add("hfToken")
+        monitor = raw_training.get("monitor")
+        if isinstance(monitor, dict) and isinstance(monitor.get("tokenSecret"), str):
+            names.add(monitor["tokenSecret"])
+    return names
+
+
+def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset()) -> TrainerStack:
+    """Turn a training node stack's values into a TrainerStack, or raise ConfigError naming every problem."""
+    from gpuhosts.compat import check_training
+
+    secret_names = set(TRAINER_SECRET_KEYS) | referenced_training_secrets(raw.get("training"))
+    problems = [
+        Problem(path=f"{NAMESPACE}:{key}",
+                message=f"holds a secret as plain text; remove it and run `pulumi config set --secret {NAMESPACE}:{key}`"
+                if key in secret_names else "is not a setting of a training node stack"
+                + _suggest(key, TRAINER_SECTIONS + TRAINER_SECRET_KEYS))
+        for key in sorted(raw) if key not in TRAINER_SECTIONS and key not in secret_keys and raw[key] is not None
+    ]
+    node = training = None
+    for key, model in (("node", NodeConfig), ("training", TrainingConfig)):
+        if raw.get(key) is None:
+            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="is required"))
+        else:
+            value = _validate_at(model, raw[key], (key,), problems)
+            node, training = (value, training) if key == "node" else (node, value)
+    if node is not None and training is not None:
+        problems += _training_problems(node, training, set(secret_keys))
+    if problems:
+        raise ConfigError(problems)
+    warnings = []
+    for finding in check_training(training):
+        text = f"{finding.message} — {finding.reason} Fix: {finding.fix} [rule {finding.rule}; {finding.source}]"
+        if finding.severity.value == "error":
+            problems.append(Problem(path=finding.path, message=text))
+        else:
+            warnings.append(f"{finding.path}: {text}")
+    if problems:
+        raise ConfigError(problems)
+    if node.ssh.insecure_ignore_host_key:
+        warnings.append(f"{NAMESPACE}:node.ssh.insecureIgnoreHostKey is true: the node's identity is not checked")
+    return TrainerStack(node=node, training=training, warnings=tuple(warnings))
+
+
+# --- layer ids: derived, never pasted ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LayerIds:
+    """The three spellings of one choice of verifier layers.
+
+    `drafter`: the drafter config's `dflash_config.target_layer_ids` (z-lab convention: decoder layer indexes).
+    `trainer`: what train.py's --target-layer-ids gets (speculators/vLLM convention: hidden-state indexes, +1).
+    `server`: what the hidden-state server extracts — the trainer's ids plus the last layer, which launch_vllm.py
+    appends itself (--include-last-layer), so it is given `trainer` and must not be given the last layer.
+    """
+
+    drafter: tuple[int, ...]
+    trainer: tuple[int, ...]
+    server: tuple[int, ...]
+
+
+def layer_ids(num_verifier_layers: int, num_drafter_layers: int) -> LayerIds:
+    from components.drafter_config import target_layer_ids
+
+    drafter = tuple(target_layer_ids(num_verifier_layers, num_drafter_layers))
+    trainer = tuple(i + 1 for i in drafter)
+    return LayerIds(drafter=drafter, trainer=trainer, server=trainer + (num_verifier_layers,))
