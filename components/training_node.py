@@ -190,8 +190,8 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     # --- the monitor ------------------------------------------------------------------------------------------
     monitor = training.monitor
     app_dir = f"{SERVICE_ROOT}/monitor/app"
-    app_files = tuple(HostFile(f"{app_dir}/gpuhosts_monitor/{p.relative_to(MONITOR_PACKAGE).as_posix()}", p.read_text())
-                      for p in sorted(MONITOR_PACKAGE.rglob("*")) if p.is_file() and p.suffix in (".py", ".html", ".css", ".js"))
+    app_files = tuple(_monitor_file(app_dir, path) for path in sorted(MONITOR_PACKAGE.rglob("*"))
+                      if path.is_file() and path.suffix in MONITOR_HEADERS)
     token_file = MONITOR_TOKEN if monitor.token_secret else None
     monitor_argv = [f"{envs['monitor'].venv}/bin/python", "-m", "gpuhosts_monitor", "--log", log, "--checkpoints", save,
                     "--server-url", server_url, "--bind", monitor.bind, "--port", str(monitor.port),
@@ -236,6 +236,17 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     }
     return TrainingPlan(preflight=preflight, envs=env_steps, downloads=download_steps, dataset=dataset,
                         server=server_step, check=check, job=job, monitor=monitor_step, ids=ids, summary=summary)
+
+
+MONITOR_HEADERS = {".py": "# {}", ".html": "<!-- {} -->", ".css": "/* {} */", ".js": "// {}"}
+
+
+def _monitor_file(app_dir: str, path: Path) -> HostFile:
+    """A file of the monitor's package as the node receives it: the repository's file under a managed-by header."""
+    relative = path.relative_to(MONITOR_PACKAGE).as_posix()
+    header = MONITOR_HEADERS[path.suffix].format(f"managed by gpuhosts — gpuhosts_monitor/{relative} of the gpuhosts "
+                                                 "repository; do not edit on the node")
+    return HostFile(f"{app_dir}/gpuhosts_monitor/{relative}", header + "\n" + path.read_text())
 
 
 # --- components -------------------------------------------------------------------------------------------------

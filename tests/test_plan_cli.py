@@ -133,3 +133,17 @@ def test_invalid_stack_leaves_an_earlier_plan_untouched(tmp_path):
     result = plan("missing", "--stack-file", str(tmp_path / "nope.yaml"), "--out", str(out))
     assert result.returncode == 1 and "does not exist" in result.stderr
     assert tree(out) == before
+
+
+def test_trainer_plan_shows_the_gpu_split_and_the_three_layer_id_lists(tmp_path):
+    result = plan("trainer", "--out", str(tmp_path / "trainer"))
+    assert result.returncode == 0, result.stderr
+    training = json.loads((tmp_path / "trainer" / "summary.json").read_text())["hosts"]["trainer"]["training"]
+    assert training["gpus"] == {"count": 8, "model": "RTX PRO 6000", "server": [0, 1, 2, 3], "training": [4, 5, 6, 7]}
+    assert training["layerIds"] == {"drafterConfig": [1, 16, 31, 46, 61], "trainer": [2, 17, 32, 47, 62],
+                                    "serverExtracts": [2, 17, 32, 47, 62, 64]}
+    assert training["keptOnDestroy"] == ["/data/models/Qwen/Qwen3.6-27B", "/data/models/z-lab/Qwen3.6-27B-DFlash",
+                                         "/data/data/qwen36-mix-913k", "/data/checkpoints/Qwen3.6-27B-DFlash"]
+    assert "layer ids: drafter config [1, 16, 31, 46, 61], trainer [2, 17, 32, 47, 62], server extracts" in result.stdout
+    script = (tmp_path / "trainer" / "hosts" / "trainer" / "opt/gpuhosts/training/train_dflash_qwen36.sh").read_text()
+    assert "--nproc_per_node 4" in script and "export CUDA_VISIBLE_DEVICES=4,5,6,7" in script

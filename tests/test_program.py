@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import KPRO5_SECRETS, PROJECT, kpro5_values
+from conftest import KPRO5_SECRETS, TRAINER_SECRETS, trainer_values, PROJECT, kpro5_values
 from gpuhosts.plan import SECRET, SECRET_PLACEHOLDER, run_program
 
 EXPECTED = {
@@ -152,3 +152,47 @@ def test_an_api_key_set_without_secret_stops_the_program():
                                               r"secret of this stack") as caught:
         run_program(PROJECT, "kpro5", values, KPRO5_SECRETS - {"llmApiKey"})
     assert "sk-plain-program-key" not in str(caught.value)
+
+
+TRAINER_COMMANDS = {
+    # command: what it waits for
+    "trainer-preflight": [],
+    "trainer-env-speculators": ["trainer-preflight"],
+    "trainer-env-vllm": ["trainer-preflight"],
+    "trainer-env-monitor": ["trainer-preflight"],
+    "trainer-model-qwen3-6-27b": ["trainer-env-speculators"],
+    "trainer-model-qwen3-6-27b-dflash": ["trainer-env-speculators"],
+    "trainer-dataset-qwen36-mix-913k": ["trainer-preflight"],
+    "trainer-hidden-state-server": ["trainer-env-speculators", "trainer-env-vllm", "trainer-model-qwen3-6-27b"],
+    "trainer-hidden-state-check": ["trainer-hidden-state-server"],
+    "trainer-dflash-training": ["trainer-dataset-qwen36-mix-913k", "trainer-hidden-state-check",
+                                "trainer-model-qwen3-6-27b-dflash"],
+    "trainer-training-monitor": ["trainer-dflash-training", "trainer-env-monitor"],
+}
+
+
+def test_the_trainer_stack_runs_under_mocks():
+    run = run_program(PROJECT, "trainer", trainer_values(), TRAINER_SECRETS)
+    node = by_name(run, "trainer", "gpuhosts:training:TrainingNode")
+    assert node.parent.endswith("pulumi:pulumi:Stack::gpuhosts-trainer")
+    commands = {r.name: r for r in run.resources if r.type == "command:remote:Command"}
+    assert sorted(commands) == sorted(TRAINER_COMMANDS)
+    urn = {name: r.urn for name, r in commands.items()}
+    for name, waits in TRAINER_COMMANDS.items():
+        assert commands[name].dependencies == sorted(urn[w] for w in waits), name
+        parent = next(r for r in run.resources if r.urn == commands[name].parent)
+        assert parent.type.startswith("gpuhosts:training:") and parent.parent == node.urn, name
+        assert commands[name].inputs["connection"] == SECRET
+    assert commands["trainer-model-qwen3-6-27b-dflash"].inputs["stdin"] == SECRET
+    training = run.outputs["desired"]["training"]
+    assert training["layerIds"]["serverExtracts"] == [2, 17, 32, 47, 62, 64]
+    assert training["gpus"]["server"] == [0, 1, 2, 3] and training["gpus"]["training"] == [4, 5, 6, 7]
+
+
+def test_an_invalid_trainer_stack_stops_the_program():
+    import pulumi
+
+    values = trainer_values()
+    values["training"]["trainingGpus"] = [0, 1, 2, 3]
+    with pytest.raises(pulumi.RunError, match=r"gpuhosts:training\.trainingGpus: GPU\(s\) \[0, 1, 2, 3\] are also"):
+        run_program(PROJECT, "trainer", values, TRAINER_SECRETS)

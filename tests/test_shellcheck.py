@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KPRO5_SECRETS, PROJECT, kpro5_values
+from conftest import KPRO5_SECRETS, PROJECT, TRAINER_SECRETS, kpro5_values, trainer_values
 from components.proxmox_host import plan_host
+from components.training_node import plan_training_node
 from gpuhosts.config import validate_stack
+from gpuhosts.training import validate_trainer_stack
 
 
 def variants():
@@ -39,16 +41,24 @@ def inner_scripts(text: str) -> list[str]:
 
 def scripts():
     found = []
-    for variant, values in variants().items():
-        for step in plan_host(validate_stack(values, KPRO5_SECRETS)).steps:
+    plans = {variant: plan_host(validate_stack(values, KPRO5_SECRETS)).steps for variant, values in variants().items()}
+    trainer = trainer_values()
+    plans["trainer"] = plan_training_node(validate_trainer_stack(trainer, TRAINER_SECRETS)).steps
+    trainer["training"]["monitor"].update(bind="0.0.0.0", tokenSecret="monitorToken")
+    trainer["training"]["dataset"]["deleteOnDestroy"] = True
+    trainer["training"]["deleteCheckpointsOnDestroy"] = True
+    plans["trainer-exposed"] = plan_training_node(validate_trainer_stack(trainer, TRAINER_SECRETS | {"monitorToken"})).steps
+    for variant, steps in plans.items():
+        for step in steps:
             found.append(pytest.param(step.create, "bash", id=f"{variant}/{step.name}/create"))
             found.append(pytest.param(step.delete, "bash", id=f"{variant}/{step.name}/delete"))
             for operation in ("create", "delete"):
                 for inner in inner_scripts(getattr(step, operation)):
                     found.append(pytest.param(inner, "bash", id=f"{variant}/{step.name}/{operation}-in-container"))
             for file in step.files:
-                if file.content.startswith("#!/bin/sh"):
-                    found.append(pytest.param(file.content, "sh", id=f"{variant}{file.path}"))
+                for shebang, shell in (("#!/bin/sh", "sh"), ("#!/bin/bash", "bash")):
+                    if file.content.startswith(shebang + "\n"):
+                        found.append(pytest.param(file.content, shell, id=f"{variant}{file.path}"))
     return found
 
 

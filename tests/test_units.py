@@ -13,15 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KPRO5_SECRETS, kpro5_values
+from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 from components.proxmox_host import plan_host
+from components.training_node import plan_training_node
 from gpuhosts.config import validate_stack
+from gpuhosts.training import validate_trainer_stack
 
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 
 
 def units():
-    files = [f for step in plan_host(validate_stack(kpro5_values(), KPRO5_SECRETS)).steps for f in step.files]
+    steps = plan_host(validate_stack(kpro5_values(), KPRO5_SECRETS)).steps
+    steps += plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS)).steps
+    files = [f for step in steps for f in step.files]
     return [pytest.param(f, id=f.path) for f in files if f.path.endswith(".service")]
 
 

@@ -152,7 +152,7 @@ finish() {
     say "done: no change"
   fi
 }
-# Inside container 129: the uv environment of service qwen-sglang with sglang[all]==0.5.11.
+# Inside container 129: the uv environment qwen-sglang with sglang[all]==0.5.11.
 uv_version=0.13.9
 python_version=3.12
 venv=/opt/gpuhosts/qwen-sglang/venv

@@ -156,7 +156,7 @@ finish() {
     say "done: no change"
   fi
 }
-# Inside container 129: remove the uv environment of service qwen-sglang (an environment, not user data).
+# Inside container 129: remove the uv environment qwen-sglang (an environment, not user data).
 service_dir=/opt/gpuhosts/qwen-sglang
 uv_home=/opt/gpuhosts/.uv
 if [ -d "$root$service_dir" ]; then

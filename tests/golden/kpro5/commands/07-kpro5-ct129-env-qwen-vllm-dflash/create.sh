@@ -152,7 +152,7 @@ finish() {
     say "done: no change"
   fi
 }
-# Inside container 129: the uv environment of service qwen-vllm-dflash with vllm==0.26.0.
+# Inside container 129: the uv environment qwen-vllm-dflash with vllm==0.26.0.
 uv_version=0.13.9
 python_version=3.12
 venv=/opt/gpuhosts/qwen-vllm-dflash/venv

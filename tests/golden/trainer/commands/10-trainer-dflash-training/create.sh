@@ -1,0 +1,249 @@
+# managed by gpuhosts — unit dflash-training; generated from templates/, do not edit on the host.
+set -euo pipefail
+umask 022
+# Empty on a real host; the simulated host of the tests points it at its tree (docs/fakehost-contract.md).
+root="${GPUHOSTS_HOST_ROOT:-}"
+unit=dflash-training
+# shellcheck disable=SC2034  # shared by every unit; not every unit keeps state
+state_dir="$root/var/lib/gpuhosts"
+changed=0
+reboot_required=0
+file_changed=0
+
+say() { printf '%s: %s\n' "$unit" "$*"; }
+refuse() { printf '%s: refused: %s\n' "$unit" "$*" >&2; exit 1; }
+note_change() { changed=1; say "changed: $*"; }
+
+# install_file PATH MODE < content — writes only when content or mode differ; sets file_changed.
+# shellcheck disable=SC2034  # file_changed is read by the units that react to a change
+install_file() {
+  local target="$root$1" mode="$2" tmp
+  file_changed=0
+  mkdir -p "$(dirname "$target")"
+  tmp="$(mktemp "$target.gpuhosts.XXXXXX")"
+  cat >"$tmp"
+  chmod "$mode" "$tmp"
+  if [ -f "$target" ] && cmp -s "$tmp" "$target" && [ "$(stat -c %a "$target")" = "$(stat -c %a "$tmp")" ]; then
+    rm -f "$tmp"
+    return 0
+  fi
+  mv -f "$tmp" "$target"
+  file_changed=1
+  note_change "wrote $1"
+}
+
+# remove_file PATH — sets file_changed.
+# shellcheck disable=SC2034
+remove_file() {
+  file_changed=0
+  if [ -e "$root$1" ] || [ -L "$root$1" ]; then
+    rm -f "$root$1"
+    file_changed=1
+    note_change "removed $1"
+  fi
+}
+
+# sysfs_write PATH VALUE — a write to a kernel control file (driver_override, bind, unbind, drivers_probe).
+sysfs_write() {
+  printf '%s\n' "$2" >"$root$1"
+  if [ -n "${GPUHOSTS_SYSFS_HOOK:-}" ]; then
+    "$GPUHOSTS_SYSFS_HOOK" "$1"
+  fi
+}
+
+# --- host facts -------------------------------------------------------------------------------------------
+# The loaded nvidia kernel module's version, empty when none is loaded. The version is found by its shape, not
+# its column: /proc/driver/nvidia/version words it differently for the open and the proprietary module.
+module_version() {
+  if [ -r "$root/sys/module/nvidia/version" ]; then
+    cat "$root/sys/module/nvidia/version"
+  elif [ -r "$root/proc/driver/nvidia/version" ]; then
+    grep -m1 '^NVRM version:' "$root/proc/driver/nvidia/version" | grep -oE '[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2,3})?' | head -n1
+  fi
+}
+
+# The installed NVIDIA user space (the version in libnvidia-ml's file name), empty when none.
+userspace_version() {
+  local lib
+  for lib in "$root"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*.*; do
+    [ -e "$lib" ] || continue
+    printf '%s\n' "${lib##*/libnvidia-ml.so.}"
+    return 0
+  done
+}
+
+# char_major NAME — the major of a character device in /proc/devices; nvidia-uvm's is dynamic.
+char_major() {
+  awk -v name="$1" '/^Character devices:/ {c = 1; next} /^Block devices:/ {c = 0} c && $2 == name {print $1; exit}' \
+    "$root/proc/devices"
+}
+
+# gpu_minor ADDRESS — the GPU's minor under major 195, from the driver's own record (not PCI order).
+gpu_minor() {
+  local info="$root/proc/driver/nvidia/gpus/$1/information"
+  [ -r "$info" ] || return 0
+  sed -nE 's/^Device Minor:[[:space:]]*([0-9]+).*/\1/p' "$info"
+}
+
+# pci_driver ADDRESS — the driver bound to a PCI function, empty when unbound.
+pci_driver() {
+  local link="$root/sys/bus/pci/devices/$1/driver"
+  if [ -L "$link" ]; then
+    basename "$(readlink "$link")"
+  fi
+}
+
+# slot_functions SLOT — every function of a PCI slot (GPU, HDMI audio, USB-C …) that the host has.
+slot_functions() {
+  local dev
+  for dev in "$root/sys/bus/pci/devices/$1".*; do
+    [ -e "$dev" ] && basename "$dev"
+  done
+  return 0
+}
+
+# Normalise nvidia-smi's "00000000:41:00.0" and lspci's "41:00.0" to sysfs's "0000:41:00.0".
+normal_address() {
+  local id="${1,,}"
+  id="${id// /}"
+  case "$id" in
+    ????????:*) id="${id:4}" ;;
+    ??:??.?|??:??) id="0000:$id" ;;
+  esac
+  printf '%s\n' "$id"
+}
+
+# smi_rows — nvidia-smi's `--format=csv,noheader` rows whose first field is a bus id, as "address field…".
+smi_rows() {
+  local bus rest
+  while IFS=',' read -r bus rest; do
+    [ -n "$bus" ] || continue
+    rest="${rest//,/ }"
+    printf '%s %s\n' "$(normal_address "$bus")" "$(printf '%s' "$rest" | xargs)"
+  done
+}
+
+# owe NAME / owed NAME / settled NAME — work that must follow a change (rebuilding the initramfs) is noted on the
+# host before the change, so a run cut off in between still does it next time.
+owe() { mkdir -p "$state_dir"; : >"$state_dir/$1.owed"; }
+owed() { [ -f "$state_dir/$1.owed" ]; }
+settled() { rm -f "$state_dir/$1.owed"; }
+
+finish() {
+  if [ "$reboot_required" = 1 ]; then
+    mkdir -p "$root/run/gpuhosts"
+    : >"$root/run/gpuhosts/reboot-required"
+    say "reboot required"
+  fi
+  if [ "$changed" = 1 ]; then
+    say "done: changed"
+  else
+    say "done: no change"
+  fi
+}
+# torchrun on GPUs [4, 5, 6, 7]; checkpoints in /data/checkpoints/Qwen3.6-27B-DFlash.
+unit_name=gpuhosts-dflash-training.service
+restart=0
+[ -e "$root"/data/data/qwen36-mix-913k/SHA256SUMS ] || refuse "/data/data/qwen36-mix-913k/SHA256SUMS is missing; the step that provides it comes first"
+[ -e "$root"/data/models/z-lab/Qwen3.6-27B-DFlash/.gpuhosts-download ] || refuse "/data/models/z-lab/Qwen3.6-27B-DFlash/.gpuhosts-download is missing; the step that provides it comes first"
+mkdir -p "$root"/data/checkpoints/Qwen3.6-27B-DFlash
+install_file /opt/gpuhosts/training/train_dflash_qwen36.sh 0755 <<'GPUHOSTS_EOF'
+#!/bin/bash
+# managed by gpuhosts — DFlash drafter training of Qwen/Qwen3.6-27B on GPUs 4,5,6,7, with hidden states from the
+# server on GPUs 0,1,2,3. Run by gpuhosts-dflash-training.service; a person may run it by hand the same way.
+# Layer ids (derived from 64 verifier layers, 5 drafter layers): drafter config
+# [1, 16, 31, 46, 61], trainer [2, 17, 32, 47, 62], server extracts [2, 17, 32, 47, 62, 64].
+set -euo pipefail
+root="${GPUHOSTS_HOST_ROOT:-}"
+save=/data/checkpoints/Qwen3.6-27B-DFlash
+# probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check the states
+# it wrote are not all zero. Shared by the pre-flight step and the launch script.
+probe_hidden_states() {
+  local server=http://127.0.0.1:8000 states="$root"/data/hidden_states deadline since newest
+  deadline=$(($(date +%s) + 1800))
+  until curl -fsS -o /dev/null "$server/health"; do
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "hidden-state server $server not healthy after 1800 s" >&2; return 1; }
+    sleep 10
+  done
+  mkdir -p "$states"
+  since="$(mktemp "$states/.probe.XXXXXX")"
+  curl -fsS -o /dev/null -H 'Content-Type: application/json' "$server/v1/completions" \
+    -d '{"model": "/data/models/Qwen/Qwen3.6-27B", "prompt": "Explain in one sentence why the sky is blue.", "max_tokens": 1}' || { rm -f "$since"; echo "the probe request to $server failed" >&2; return 1; }
+  newest="$(find "$states" -name '*.safetensors' -newer "$since" -printf '%T@ %p\n' | sort -n | tail -n 1 | cut -d' ' -f2-)"
+  rm -f "$since"
+  [ -n "$newest" ] || { echo "the server wrote no hidden states under /data/hidden_states for the probe" >&2; return 1; }
+  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py "$newest"
+}
+
+# The server must be up, and its hidden states non-zero, before the first step.
+probe_hidden_states
+
+# Resume from the newest checkpoint (a directory with a config.json) after a restart; else start from the drafter.
+start=/data/models/z-lab/Qwen3.6-27B-DFlash
+newest="$(find "$root$save" -mindepth 1 -maxdepth 1 -type d -exec test -f '{}/config.json' ';' -printf '%T@ %p\n' 2>/dev/null \
+  | sort -n | tail -n 1 | cut -d' ' -f2-)"
+if [ -n "$newest" ]; then
+  echo "resuming from $newest"
+  start="${newest#"$root"}"
+fi
+
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CUDA_VISIBLE_DEVICES=4,5,6,7
+export HF_HUB_OFFLINE=1
+exec "$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py \
+  --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B \
+  --data-path /data/data/qwen36-mix-913k \
+  --vllm-endpoint http://127.0.0.1:8000 \
+  --save-path /data/checkpoints/Qwen3.6-27B-DFlash \
+  --epochs 3 \
+  --lr 0.0003 \
+  --speculator-type dflash \
+  --block-size 16 \
+  --num-layers 5 \
+  --target-layer-ids 2 17 32 47 62 \
+  --mask-token-id 248077 \
+  --max-seq-len 8192 \
+  --sliding-window 2048 \
+  --from-pretrained "$start"
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /etc/systemd/system/gpuhosts-dflash-training.service 0644 <<'GPUHOSTS_EOF'
+# managed by gpuhosts — DFlash drafter training (Qwen/Qwen3.6-27B, GPUs 4,5,6,7); the launch script waits for the
+# hidden-state server and resumes from the newest checkpoint, so a restart continues the run.
+[Unit]
+Description=gpuhosts DFlash drafter training (Qwen/Qwen3.6-27B, GPUs 4,5,6,7)
+After=network-online.target gpuhosts-hidden-state-server.service
+Wants=gpuhosts-hidden-state-server.service
+
+[Service]
+Type=simple
+WorkingDirectory=/data/checkpoints/Qwen3.6-27B-DFlash
+ExecStart=/opt/gpuhosts/training/train_dflash_qwen36.sh
+Restart=on-failure
+RestartSec=60
+StandardOutput=append:/data/checkpoints/Qwen3.6-27B-DFlash/train.log
+StandardError=inherit
+# Stopping lets torchrun end its workers; checkpoints already written stay.
+TimeoutStopSec=300
+KillMode=control-group
+LimitNOFILE=65536
+
+[Install]
+WantedBy=multi-user.target
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+[ "$restart" = 0 ] || systemctl daemon-reload
+if ! systemctl is-enabled --quiet "$unit_name"; then
+  systemctl enable --quiet "$unit_name"
+  note_change "enabled $unit_name"
+fi
+if ! systemctl is-active --quiet "$unit_name"; then
+  systemctl start "$unit_name"
+  note_change "started $unit_name"
+elif [ "$restart" = 1 ]; then
+  systemctl restart "$unit_name"
+  note_change "restarted $unit_name with its new settings"
+fi
+systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+say "$unit_name is running"
+finish

@@ -1,0 +1,57 @@
+#!/bin/bash
+# managed by gpuhosts — DFlash drafter training of Qwen/Qwen3.6-27B on GPUs 4,5,6,7, with hidden states from the
+# server on GPUs 0,1,2,3. Run by gpuhosts-dflash-training.service; a person may run it by hand the same way.
+# Layer ids (derived from 64 verifier layers, 5 drafter layers): drafter config
+# [1, 16, 31, 46, 61], trainer [2, 17, 32, 47, 62], server extracts [2, 17, 32, 47, 62, 64].
+set -euo pipefail
+root="${GPUHOSTS_HOST_ROOT:-}"
+save=/data/checkpoints/Qwen3.6-27B-DFlash
+# probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check the states
+# it wrote are not all zero. Shared by the pre-flight step and the launch script.
+probe_hidden_states() {
+  local server=http://127.0.0.1:8000 states="$root"/data/hidden_states deadline since newest
+  deadline=$(($(date +%s) + 1800))
+  until curl -fsS -o /dev/null "$server/health"; do
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "hidden-state server $server not healthy after 1800 s" >&2; return 1; }
+    sleep 10
+  done
+  mkdir -p "$states"
+  since="$(mktemp "$states/.probe.XXXXXX")"
+  curl -fsS -o /dev/null -H 'Content-Type: application/json' "$server/v1/completions" \
+    -d '{"model": "/data/models/Qwen/Qwen3.6-27B", "prompt": "Explain in one sentence why the sky is blue.", "max_tokens": 1}' || { rm -f "$since"; echo "the probe request to $server failed" >&2; return 1; }
+  newest="$(find "$states" -name '*.safetensors' -newer "$since" -printf '%T@ %p\n' | sort -n | tail -n 1 | cut -d' ' -f2-)"
+  rm -f "$since"
+  [ -n "$newest" ] || { echo "the server wrote no hidden states under /data/hidden_states for the probe" >&2; return 1; }
+  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py "$newest"
+}
+
+# The server must be up, and its hidden states non-zero, before the first step.
+probe_hidden_states
+
+# Resume from the newest checkpoint (a directory with a config.json) after a restart; else start from the drafter.
+start=/data/models/z-lab/Qwen3.6-27B-DFlash
+newest="$(find "$root$save" -mindepth 1 -maxdepth 1 -type d -exec test -f '{}/config.json' ';' -printf '%T@ %p\n' 2>/dev/null \
+  | sort -n | tail -n 1 | cut -d' ' -f2-)"
+if [ -n "$newest" ]; then
+  echo "resuming from $newest"
+  start="${newest#"$root"}"
+fi
+
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CUDA_VISIBLE_DEVICES=4,5,6,7
+export HF_HUB_OFFLINE=1
+exec "$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py \
+  --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B \
+  --data-path /data/data/qwen36-mix-913k \
+  --vllm-endpoint http://127.0.0.1:8000 \
+  --save-path /data/checkpoints/Qwen3.6-27B-DFlash \
+  --epochs 3 \
+  --lr 0.0003 \
+  --speculator-type dflash \
+  --block-size 16 \
+  --num-layers 5 \
+  --target-layer-ids 2 17 32 47 62 \
+  --mask-token-id 248077 \
+  --max-seq-len 8192 \
+  --sliding-window 2048 \
+  --from-pretrained "$start"
