@@ -38,6 +38,7 @@ READY_TIMEOUT_S = 1800
 
 
 def _package_env(name: str, package: str, spec, repository: str, python: str, *, checkout: bool = False) -> EnvSpec:
+    repository = spec.repository or repository
     requirement = f"{package} @ git+{repository}@{spec.git_ref}" if spec.git_ref else f"{package}=={spec.version}"
     ref = spec.git_ref or f"refs/tags/v{spec.version}"
     return EnvSpec(name=name, requirement=requirement, package=package, release=spec.version,
@@ -103,7 +104,8 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                                  dataset=training.dataset, target=dataset_dir))
 
     storage = node.storage
-    need_gb = int((verifier_facts.size_gb or 60) + (model_facts(training.drafter.repo).size_gb or 5)
+    need_gb = int((training.verifier.size_gb or verifier_facts.size_gb or 60)
+                  + (training.drafter.size_gb or model_facts(training.drafter.repo).size_gb or 5)
                   + training.dataset.size_gb + training.checkpoints_reserve_gb + 0.999)
     preflight = Step(name=f"{host}-preflight",
                      create=render("training_node/preflight.sh.j2", unit="preflight", node=node, need_gb=need_gb,
@@ -184,7 +186,8 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                       secret_file=None, make_dirs=[save]),
         delete=render("training_node/unit-teardown.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
                       keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
-                      remove=[job_unit.path, script.path], delete_dirs=delete_dirs),
+                      remove=[job_unit.path, script.path], delete_dirs=delete_dirs,
+                      empty_dirs=[script_path.rsplit("/", 1)[0], SERVICE_ROOT]),
         files=(script, job_unit))
 
     # --- the monitor ------------------------------------------------------------------------------------------
@@ -210,7 +213,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         delete=render("training_node/unit-teardown.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,
                       keeps="it only reads the training.", remove=[monitor_unit.path, *(f.path for f in app_files),
                                                                  *([token_file] if token_file else [])],
-                      delete_dirs=[]),
+                      delete_dirs=[], empty_dirs=["/etc/gpuhosts"]),
         files=(*app_files, monitor_unit),
         stdin_secret=monitor.token_secret)
 

@@ -116,6 +116,9 @@ class ModelSpec(_Model):
     delete_on_destroy: bool = Field(
         False, description="Delete the downloaded weights on `pulumi destroy`. Default false: weights are kept."
     )
+    size_gb: float | None = Field(
+        None, gt=0, description="Size on disk, for a training node's pre-flight disk check; default from the model table."
+    )
 
     @field_validator("repo")
     @classmethod

@@ -70,6 +70,8 @@ class NodeConfig(_Model):
 class PackageSpec(_Model):
     version: str = Field(description="Exact release from PyPI (with gitRef: the release the ref is based on).")
     git_ref: str | None = Field(None, description="Build from this git ref of the repository instead. Default none.")
+    repository: str | None = Field(None, description="Git repository (for gitRef, and speculators' scripts/); "
+                                                     "default the project's GitHub repository.")
     includes_prs: tuple[int, ...] = Field((), description="Pull requests the build contains beyond its release.")
 
     @field_validator("version", mode="before")

@@ -24,7 +24,9 @@ PYTHONS = {"3": SYSTEM_PYTHON, "3.11": SYSTEM_PYTHON, "3.12": "3.12.11", "3.13":
 VENV_SEED = {"pip": "23.0.1", "setuptools": "66.1.1"}  # what Debian 12's ensurepip puts into a venv
 UV_SEED = {"pip": "25.2"}
 ENGINE_DEPS = {"huggingface-hub": "0.36.0", "prometheus-client": "0.23.1"}
-ENTRY_POINTS = {"uv": "uv", "huggingface-hub": "hf", "vllm": "vllm"}
+ENTRY_POINTS = {"uv": "uv", "huggingface-hub": "hf", "vllm": "vllm", "torch": "torchrun"}
+# speculators trains with torch (torchrun) and downloads with huggingface_hub, like the engines.
+TRAINER_DEPS = {"torch": "2.9.0"}
 # options of pip / uv pip that take a value: their value is no requirement
 VALUE_OPTS = {"-p", "--python", "-i", "--index-url", "--extra-index-url", "--index", "--default-index", "-f",
               "--find-links", "-r", "--requirement", "-c", "--constraint", "--constraints", "--override",
@@ -195,8 +197,9 @@ def install(venv: Path, specs) -> list:
     named = {n for n, _ in parsed}
     for name, entry in parsed:
         todo = [(name, entry)]
-        if name in ("sglang", "vllm"):
-            todo += [(n, {"version": v}) for n, v in ENGINE_DEPS.items() if n not in pk and n not in named]
+        if name in ("sglang", "vllm", "speculators"):
+            deps = {**ENGINE_DEPS, **(TRAINER_DEPS if name == "speculators" else {})}
+            todo += [(n, {"version": v}) for n, v in deps.items() if n not in pk and n not in named]
         for n, e in todo:
             if pk.get(n) != e:
                 changes.append((n, pk.get(n), e))
@@ -358,3 +361,14 @@ def cmd_vllm(argv):
         print(packages(here())["vllm"]["version"])
         return 0
     raise Fail("fakehost: only `vllm --version` is simulated (tests cannot keep a server running)", 2)
+
+
+def cmd_torchrun(argv):
+    """Records the launch in the host's var/log/fakehost/torchrun.log (tests cannot train); the argv is the record."""
+    from .util import tree
+    log = tree() / "var/log/fakehost/torchrun.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        handle.write(" ".join(argv) + "\n")
+    print("torchrun (fakehost): launch recorded")
+    return 0

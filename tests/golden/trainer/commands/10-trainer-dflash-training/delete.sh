@@ -153,5 +153,7 @@ if systemctl is-enabled --quiet "$unit_name" 2>/dev/null; then
 fi
 remove_file /etc/systemd/system/gpuhosts-dflash-training.service
 remove_file /opt/gpuhosts/training/train_dflash_qwen36.sh
+rmdir "$root"/opt/gpuhosts/training 2>/dev/null || true
+rmdir "$root"/opt/gpuhosts 2>/dev/null || true
 [ "$changed" = 0 ] || systemctl daemon-reload
 finish

@@ -153,5 +153,7 @@ if systemctl is-enabled --quiet "$unit_name" 2>/dev/null; then
 fi
 remove_file /etc/systemd/system/gpuhosts-training-monitor.service
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__init__.py
+remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py
+rmdir "$root"/etc/gpuhosts 2>/dev/null || true
 [ "$changed" = 0 ] || systemctl daemon-reload
 finish

@@ -1,0 +1,261 @@
+"""The training node's steps run against a simulated node (tests/fakehost: the converged kpro5 tree stands in for a
+machine whose driver is installed, with its two RTX A6000 as the node's GPUs): pre-flight facts and refusals, the
+environments (uv stand-in; speculators' scripts from a local git repository), downloads, the data set from a
+file:// source with its manifest, the hidden-state server and the check against a server stand-in that writes real
+safetensors files, the training job (torchrun stand-in) and destroy, which keeps models, data and checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from components.proxmox_host import plan_host
+from components.training_node import plan_training_node
+from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
+from fakehost import host_env
+from fakehost.installer import make_fake_run
+from fakehost.tree import seed_kpro5, tree_listing
+from gpuhosts.config import validate_stack
+from gpuhosts.render import Step
+from gpuhosts.training import validate_trainer_stack
+
+VERSION = "580.126.09"
+HF_TOKEN = "hf_TrainerTestToken3c4d"
+KEPT = ("data/models", "data/data", "data/checkpoints")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def safetensors_bytes(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes:
+    """A safetensors file written the way the format defines it (header length, JSON header, data)."""
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+class StateServer:
+    """The hidden-state server's outside: /health, and /v1/completions that writes one sample's states."""
+
+    def __init__(self, states: Path, port: int, zeros: bool = False):
+        self.states, self.zeros = states, zeros
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, body: bytes, status: int = 200):
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self.reply(b"" if self.path == "/health" else b"not found", 200 if self.path == "/health" else 404)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                values = [0.0] * 48 if outer.zeros else [0.5 * (i % 7 - 3) for i in range(48)]
+                raw = struct.pack("<48f", *values)
+                outer.states.mkdir(parents=True, exist_ok=True)
+                (outer.states / "req-0001.safetensors").write_bytes(safetensors_bytes(
+                    {"hidden_states": ("F32", [6, 8], raw), "token_ids": ("I64", [6], struct.pack("<6q", *range(6)))}))
+                self.reply(json.dumps({"choices": [{"text": "x"}]}).encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class Node:
+    tree: Path
+    values: dict
+
+    def steps(self, values: dict | None = None) -> list[Step]:
+        return plan_training_node(validate_trainer_stack(values or self.values, TRAINER_SECRETS)).steps
+
+    def step(self, suffix: str) -> Step:
+        (found,) = [s for s in self.steps() if s.name.endswith(suffix)]
+        return found
+
+    def run(self, step: Step, operation: str = "create") -> subprocess.CompletedProcess:
+        stdin = HF_TOKEN + "\n" if step.stdin_secret and operation == "create" else ""
+        return subprocess.run(["bash", "-c", getattr(step, operation)], input=stdin, capture_output=True, text=True,
+                              env=host_env(self.tree), timeout=180)
+
+    def apply(self, step: Step, operation: str = "create") -> str:
+        result = self.run(step, operation)
+        assert result.returncode == 0, f"{step.name} {operation} failed:\n{result.stdout}\n{result.stderr}"
+        return result.stdout + result.stderr
+
+    def path(self, path: str) -> Path:
+        return self.tree / path.lstrip("/")
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> tuple[Path, Path]:
+    """A node tree with its driver loaded, plus a speculators repository and a data set to stage from."""
+    root = tmp_path_factory.mktemp("trainer")
+    run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    sha = make_fake_run(run_file, VERSION)
+    tree = seed_kpro5(root / "node")
+    values = kpro5_values()
+    values["nvidia"].update(url=f"file://{run_file}", sha256=sha)
+    values.pop("services")
+    for step in plan_host(validate_stack(values, KPRO5_SECRETS)).steps:
+        result = subprocess.run(["bash", "-c", step.create], capture_output=True, text=True, env=host_env(tree))
+        assert result.returncode == 0, result.stderr
+    # The node's own python3 (a training node is a plain machine: its python3 bootstraps uv).
+    shutil.copy(tree / "var/lib/lxc/129/rootfs/usr/bin/python3", tree / "usr/bin/python3")
+
+    repo = root / "speculators"
+    (repo / "scripts").mkdir(parents=True)
+    for script in ("launch_vllm.py", "train.py", "prepare_data.py"):
+        (repo / "scripts" / script).write_text(f"# speculators {script} (test repository)\n")
+    git("init", "-q", cwd=repo)
+    git("add", ".", cwd=repo)
+    git("commit", "-q", "-m", "v0.5.0", cwd=repo)
+    git("tag", "v0.5.0", cwd=repo)
+
+    data = root / "dataset"
+    (data / "shards").mkdir(parents=True)
+    for index in range(3):
+        (data / "shards" / f"train-{index:05d}.arrow").write_bytes(bytes([index]) * 4096)
+    (data / "dataset_info.json").write_text(json.dumps({"samples": 913786}))
+    sums = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(data).as_posix()}\n"
+                   for p in sorted(data.rglob("*")) if p.is_file())
+    (data / "SHA256SUMS").write_text(sums)
+    return root, tree
+
+
+@pytest.fixture
+def node(prepared, tmp_path) -> Node:
+    root, template = prepared
+    tree = tmp_path / "node"
+    shutil.copytree(template, tree, symlinks=True)
+    values = trainer_values()
+    values["node"].update(gpus={"count": 2, "model": "RTX A6000"}, driverVersion=VERSION)
+    training = values["training"]
+    training["server"].update(gpus=[0], tensorParallelSize=1, port=free_port())
+    training["trainingGpus"] = [1]
+    training["speculators"]["repository"] = f"file://{root / 'speculators'}"
+    training["verifier"]["sizeGb"] = 1
+    training["drafter"]["sizeGb"] = 1
+    training["checkpointsReserveGb"] = 1
+    manifest = (root / "dataset" / "SHA256SUMS").read_bytes()
+    training["dataset"].update(source=f"file://{root / 'dataset'}/", manifestSha256=hashlib.sha256(manifest).hexdigest(),
+                               sizeGb=0.1)
+    return Node(tree, values)
+
+
+def test_preflight_reports_the_node_and_refuses_another(node):
+    assert "2 × RTX A6000, driver 580.126.09" in node.apply(node.step("-preflight"))
+    other = json.loads(json.dumps(node.values))
+    other["node"]["gpus"] = {"count": 2, "model": "RTX PRO 6000"}
+    result = node.run([s for s in node.steps(other) if s.name.endswith("-preflight")][0])
+    assert result.returncode == 1 and "is 'NVIDIA RTX A6000', not a RTX PRO 6000" in result.stderr
+    other["node"]["gpus"] = {"count": 8, "model": "RTX A6000"}
+    other["training"]["trainingGpus"] = [4]
+    result = node.run([s for s in node.steps(other) if s.name.endswith("-preflight")][0])
+    assert result.returncode == 1 and "the node has 2 GPU(s), the stack needs 8" in result.stderr
+    big = json.loads(json.dumps(node.values))
+    big["training"]["checkpointsReserveGb"] = 10 ** 7
+    result = node.run([s for s in node.steps(big) if s.name.endswith("-preflight")][0])
+    assert result.returncode == 1 and "lower training.checkpointsReserveGb" in result.stderr
+
+
+def test_up_to_a_running_job_then_nothing_changes_and_destroy_keeps_the_results(node):
+    steps = node.steps()
+    server = StateServer(node.path("/data/hidden_states"), node.values["training"]["server"]["port"])
+    try:
+        first = {s.name: node.apply(s) for s in steps}
+        listing = tree_listing(node.tree)
+        second = {s.name: node.apply(s) for s in steps}
+    finally:
+        server.close()
+    assert "staged qwen36-mix-913k: 4 file(s) fetched" in first["trainer-dataset-qwen36-mix-913k"]
+    assert "checked out file://" in first["trainer-env-speculators"]
+    assert node.path("/opt/gpuhosts/speculators/src/scripts/train.py").exists()
+    assert "hidden_states [6, 8] F32: non-zero" in first["trainer-hidden-state-check"]
+    assert "agrees with the plan" in first["trainer-model-qwen3-6-27b-dflash"]
+    for name, output in second.items():
+        if not name.endswith(("-hidden-state-check", "-preflight")):
+            assert "done: no change" in output, f"{name}:\n{output}"
+    changed = {k: v for k, v in tree_listing(node.tree).items() if listing.get(k) != v}
+    assert all(k.startswith("data/hidden_states/") for k in changed), changed
+
+    checkpoint = node.path("/data/checkpoints/Qwen3.6-27B-DFlash/epoch_1")
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "config.json").write_text("{}")
+    for step in reversed(steps):
+        node.apply(step, "delete")
+    for kept in ("/data/models/Qwen/Qwen3.6-27B/config.json", "/data/models/z-lab/Qwen3.6-27B-DFlash/config.json",
+                 "/data/data/qwen36-mix-913k/SHA256SUMS", "/data/checkpoints/Qwen3.6-27B-DFlash/epoch_1/config.json"):
+        assert node.path(kept).exists(), kept
+    assert not node.path("/etc/systemd/system/gpuhosts-dflash-training.service").exists()
+    assert not node.path("/opt/gpuhosts").exists() or not any(node.path("/opt/gpuhosts").iterdir())
+
+
+def test_the_hidden_state_check_refuses_all_zero_states(node):
+    steps = node.steps()
+    server = StateServer(node.path("/data/hidden_states"), node.values["training"]["server"]["port"], zeros=True)
+    try:
+        for step in steps[:steps.index(node.step("-hidden-state-check"))]:
+            node.apply(step)
+        result = node.run(node.step("-hidden-state-check"))
+    finally:
+        server.close()
+    assert result.returncode == 1
+    assert "hidden_states [6, 8] (F32) is all zeros" in result.stdout
+    assert "training is not started" in result.stderr
+
+
+def test_the_launch_script_resumes_from_the_newest_checkpoint(node):
+    server = StateServer(node.path("/data/hidden_states"), node.values["training"]["server"]["port"])
+    try:
+        steps = node.steps()
+        for step in steps[:steps.index(node.step("-dflash-training"))]:
+            node.apply(step)
+        script = node.path("/opt/gpuhosts/training/train_dflash_qwen36.sh")
+        script.parent.mkdir(parents=True, exist_ok=True)
+        (content,) = [f.content for f in node.step("-dflash-training").files if f.path.endswith(".sh")]
+        script.write_text(content)
+        save = node.path("/data/checkpoints/Qwen3.6-27B-DFlash")
+        for name in ("epoch_1", "epoch_2"):
+            (save / name).mkdir(parents=True)
+            (save / name / "config.json").write_text("{}")
+        subprocess.run(["touch", "-d", "2026-01-02", str(save / "epoch_1")], check=True)
+        subprocess.run(["touch", "-d", "2026-01-03", str(save / "epoch_2")], check=True)
+        result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=host_env(node.tree), timeout=120)
+    finally:
+        server.close()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "resuming from" in result.stdout
+    launch = (node.tree / "var/log/fakehost/torchrun.log").read_text().splitlines()[-1]
+    assert launch.startswith("--standalone --nproc_per_node 1 ")
+    assert "--target-layer-ids 2 17 32 47 62 " in launch and "--from-pretrained /data/checkpoints/Qwen3.6-27B-DFlash/epoch_2" in launch
