@@ -42,6 +42,9 @@ def read_tensors(path: Path) -> list[TensorReport]:
             raise ValueError(f"{path}: not a safetensors file (header of {length} bytes)")
         header = json.loads(handle.read(length))
         base = 8 + length
+        end_of_data = max((info["data_offsets"][1] for name, info in header.items() if name != "__metadata__"), default=0)
+        if path.stat().st_size < base + end_of_data:
+            raise ValueError(f"{path}: cut short ({path.stat().st_size} of {base + end_of_data} bytes)")
         reports = []
         for name, info in sorted(header.items()):
             if name == "__metadata__" or info.get("dtype") not in FLOAT_DTYPES:

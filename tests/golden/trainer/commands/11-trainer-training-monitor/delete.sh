@@ -153,7 +153,12 @@ if systemctl is-enabled --quiet "$unit_name" 2>/dev/null; then
 fi
 remove_file /etc/systemd/system/gpuhosts-training-monitor.service
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__init__.py
+remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py
+remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py
+remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py
+remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py
+remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html
 rmdir "$root"/etc/gpuhosts 2>/dev/null || true
 [ "$changed" = 0 ] || systemctl daemon-reload
 finish
