@@ -21,7 +21,7 @@ import pytest
 
 from components.proxmox_host import plan_host
 from components.training_node import plan_training_node
-from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
+from conftest import FIXTURES, KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 from fakehost import host_env
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5, tree_listing
@@ -259,3 +259,26 @@ def test_the_launch_script_resumes_from_the_newest_checkpoint(node):
     launch = (node.tree / "var/log/fakehost/torchrun.log").read_text().splitlines()[-1]
     assert launch.startswith("--standalone --nproc_per_node 1 ")
     assert "--target-layer-ids 2 17 32 47 62 " in launch and "--from-pretrained /data/checkpoints/Qwen3.6-27B-DFlash/epoch_2" in launch
+
+
+@pytest.mark.parametrize("model, driver, says", [
+    ("H200", "580.159.04", "the node has 1 GPU(s), the stack needs 2 (H200)"),
+    ("RTX PRO 6000", "580.159.04", "GPU 0 is 'NVIDIA H200', not a RTX PRO 6000"),
+    ("H200", "580.126.09", "GPU 0 runs driver 580.159.04, the stack expects 580.126.09"),
+])
+def test_preflight_reads_real_nvidia_smi_output(tmp_path, model, driver, says):
+    """nvidia-smi's answer to the pre-flight query as a one-GPU H200 machine with driver 580.159.04 gave it: each
+    refusal shows the name, driver and count were read from it."""
+    captured = FIXTURES / "facts/h200-open-580.159.04/nvidia-smi/query-gpu-preflight.csv"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\ncat {captured}\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    values = trainer_values()
+    values["node"].update(gpus={"count": 2, "model": model}, driverVersion=driver, storage=str(tmp_path / "data"))
+    values["training"]["server"].update(gpus=[0], tensorParallelSize=1)
+    values["training"]["trainingGpus"] = [1]
+    step = plan_training_node(validate_trainer_stack(values, TRAINER_SECRETS)).preflight
+    env = {**host_env(tmp_path), "PATH": f"{bin_dir}:/usr/bin:/bin", "GPUHOSTS_HOST_ROOT": ""}
+    result = subprocess.run(["bash", "-c", step.create], capture_output=True, text=True, env=env)
+    assert result.returncode == 1 and says in result.stderr, result.stdout + result.stderr
