@@ -22,12 +22,12 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 plan: $(VENV)/.synced
 	$(VENV)/bin/gpuhosts plan $(STACK) --out build/plan/$(STACK)
 
-# shellcheck and systemd-analyze validate what gpuhosts renders; sshd serves the simulated host over real SSH.
-# apt-get only runs where one of them is missing.
+# shellcheck and systemd-analyze validate what gpuhosts renders; sshd serves the simulated host over real SSH;
+# chromium renders the training monitor's page headless. apt-get only runs where one of them is missing.
 system-deps:
 	@command -v shellcheck >/dev/null && command -v systemd-analyze >/dev/null && \
-		test -x /usr/sbin/sshd && command -v ssh >/dev/null || \
-		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client; }
+		test -x /usr/sbin/sshd && command -v ssh >/dev/null && command -v chromium >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client chromium; }
 
 test: $(VENV)/.synced system-deps
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts=""

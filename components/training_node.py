@@ -26,7 +26,8 @@ from gpuhosts.training import LayerIds, TrainerStack, layer_ids
 
 SPECULATORS_REPOSITORY = "https://github.com/vllm-project/speculators"
 VLLM_REPOSITORY = "https://github.com/vllm-project/vllm"
-FLASK_VERSION = "3.1.2"
+# The release the monitor is tested with (uv.lock); tests/test_monitor_deploy.py keeps them equal.
+FLASK_VERSION = "3.1.3"
 SERVER_UNIT = "gpuhosts-hidden-state-server.service"
 TRAINING_UNIT = "gpuhosts-dflash-training.service"
 MONITOR_UNIT = "gpuhosts-training-monitor.service"

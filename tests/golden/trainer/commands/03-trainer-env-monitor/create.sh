@@ -141,13 +141,13 @@ finish() {
     say "done: no change"
   fi
 }
-# On the node: the uv environment monitor with flask==3.1.2.
+# On the node: the uv environment monitor with flask==3.1.3.
 uv_version=0.13.9
 python_version=3.12
 venv=/opt/gpuhosts/monitor/venv
-requirement=flask==3.1.2
+requirement=flask==3.1.3
 package=flask
-release=3.1.2
+release=3.1.3
 from_git=false
 uv_home="$root/opt/gpuhosts/.uv"
 uv="$uv_home/bin/uv"

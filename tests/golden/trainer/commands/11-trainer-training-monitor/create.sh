@@ -183,6 +183,8 @@ CURVE_POINTS = 500
 
 @dataclass(frozen=True)
 class MonitorConfig:
+    """What the monitor watches and how it serves; built from the command line (cli.config_from_args)."""
+
     log: Path
     checkpoints: Path
     server_url: str
@@ -241,6 +243,7 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
         "epochs_total": snap.epochs_total,
         "steps_per_epoch": snap.steps_per_epoch,
         "loss": _finite(latest.loss) if latest else None,
+        "loss_finite": math.isfinite(latest.loss) if latest and latest.loss is not None else None,
         "lr": _finite(latest.lr) if latest else None,
         "tokens_per_s": _finite(latest.tokens_per_s) if latest else None,
         "steps_per_s": round(rate, 6) if rate else None,
@@ -399,6 +402,7 @@ import logging
 import re
 import stat
 import sys
+import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -516,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuhosts_monitor: {exc}", file=sys.stderr)
         return EXIT_USAGE
     app = create_app(config)
+    # a long log takes seconds to parse; start before the first visitor waits for it
+    follower = app.extensions["gpuhosts_monitor"].follower
+    threading.Thread(target=follower.refresh, name="log-warmup", daemon=True).start()
     try:
         server = make_server(config.bind, config.port, app, threaded=True, request_handler=RequestLog)
     except OSError as exc:
@@ -597,15 +604,18 @@ EPOCH_DESC_RE = re.compile(r"^Epoch\s+\d+\b")
 TRAIN_EPOCH_RE = re.compile(r"Training epoch (?P<n>\d+)/(?P<of>\d+) (?P<what>started|completed)")
 VAL_EPOCH_RE = re.compile(r"Validation epoch (?P<n>\d+)/(?P<of>\d+) (?P<what>started|completed)")
 FAST_SKIP_RE = re.compile(r"Fast-skipping (?P<n>\d+) batches")
-# Messages a trainer prints once per launch, before its first step.
+# Messages printed once per launch, before the first step: speculators', transformers', torchrun's, and the
+# "resuming from <checkpoint>" of gpuhosts' training launch script.
 START_MARKERS = re.compile(
     r"No previous (?:training )?checkpoint found"
+    r"|^resuming from /"
     r"|Found checkpoint at "
     r"|Resuming (?:training on|mid-epoch)"
     r"|\*{5} Running training \*{5}"
     r"|Setting OMP_NUM_THREADS environment variable for each process"
 )
-NUMBER_RE = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?(?:nan|inf)$", re.IGNORECASE)
+
+LOGGER_PREFIX_RE = re.compile(r"^.*[:\]]")
 
 STEP_KEYS = ("global_step", "train/global_step", "step", "train/step", "iteration", "iter")
 LOSS_KEYS = ("train/loss", "loss", "train_loss")
@@ -708,9 +718,12 @@ def downsample(points: list[Point], limit: int = 500) -> list[Point]:
 
 def _number(text: str) -> float | None:
     text = text.strip().rstrip(".,;")
-    if not NUMBER_RE.match(text):
+    if "_" in text or not text:
         return None
-    return float(text)
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def key_values(message: str) -> dict[str, float]:
@@ -723,8 +736,10 @@ def key_values(message: str) -> dict[str, float]:
         key, sep, value = part.partition("=")
         if not sep:
             continue
-        # a logger prefix may be glued to the first key (INFO:speculators.metrics:train/loss=…); keys hold no ':'
-        key = re.sub(r"^.*[:\]]", "", key).strip()
+        if ":" in key or "]" in key:
+            # a logger prefix glued to the first key (INFO:speculators.metrics:train/loss=…); keys hold no ':'
+            key = LOGGER_PREFIX_RE.sub("", key)
+        key = key.strip()
         number = _number(value)
         if key and number is not None and "=" not in value:
             found[key.lower()] = number
@@ -736,6 +751,12 @@ def _first(values: dict[str, float], keys: Iterable[str]) -> float | None:
         if key in values and not math.isnan(values[key]):
             return values[key]
     return None
+
+
+def _epoch(values: dict[str, float]) -> float | None:
+    epoch = _first(values, EPOCH_KEYS)
+    # speculators counts whole epochs, transformers fractions of one
+    return int(epoch) if epoch is not None and epoch.is_integer() else epoch
 
 
 def _lr(values: dict[str, float]) -> float | None:
@@ -807,6 +828,7 @@ class LogParser:
         self._segment_raw: int | None = None
         self._offset = 0
         self._derived = -1
+        self._steps_printed = False
         self._start_marker = False
         self._rich_time: float | None = None
         self._rich_day = 0
@@ -820,10 +842,13 @@ class LogParser:
     def feed_line(self, raw: str) -> None:
         self.lines += 1
         # A carriage return redraws the terminal line: every piece is a state a terminal would have shown.
-        for piece in raw.split("\r"):
-            text = ANSI_RE.sub("", piece).rstrip()
-            text = RANK_PREFIX_RE.sub("", text)
-            if text.strip():
+        for piece in raw.split("\r") if "\r" in raw else (raw,):
+            if "\x1b" in piece:
+                piece = ANSI_RE.sub("", piece)
+            if piece.startswith("["):
+                piece = RANK_PREFIX_RE.sub("", piece)
+            text = piece.rstrip()
+            if text and not text.isspace():
                 self._logical(text, self.lines)
 
     def _logical(self, text: str, line: int) -> None:
@@ -907,11 +932,15 @@ class LogParser:
             self._skip_batches = int(match["n"])
 
     def _progress_bar(self, message: str) -> bool:
+        if "%" not in message or "/" not in message:
+            return False
         match = TQDM_CLASSIC_RE.match(message) or TQDM_RICH_RE.match(message)
         if not match:
             return False
         if self._phase == "val":
             return True
+        if match["unit"] not in (None, "it/s", "s/it"):
+            return True  # bytes or examples per second: a download or a dataset map, not steps
         n, total = int(match["n"]), int(match["total"])
         rate = None
         if match["rate"]:
@@ -920,14 +949,20 @@ class LogParser:
                 rate = 1.0 / value if value > 0 else None
             elif value > 0:
                 rate = value
-        if EPOCH_DESC_RE.match(match["desc"].strip()):
+        desc = match["desc"].strip()
+        if EPOCH_DESC_RE.match(desc):
             # one bar per epoch (speculators); after a mid-epoch resume it covers only the batches not skipped
             epoch_total = total + self._skip_batches
             self._skip_batches = 0
             self.steps_per_epoch = max(self.steps_per_epoch or 0, epoch_total)
-        else:
+        elif not desc or "train" in desc.lower():
+            # transformers' training bar has no description, and neither has its shorter evaluation bar
+            if total < (self.tqdm_total or 0):
+                return True
             self.tqdm_total = total
             self.tqdm_n = n
+        else:
+            return True  # loading checkpoint shards and the like
         if rate is not None:
             self.tqdm_rate = rate
         return True
@@ -936,7 +971,8 @@ class LogParser:
         if any(key in values for key in SUMMARY_KEYS):
             self.finished = True
             return True
-        loss = _first(values, LOSS_KEYS)
+        # a diverged run prints loss=nan: that is news, not noise
+        loss = next((values[key] for key in LOSS_KEYS if key in values), None)
         lr = _lr(values)
         raw_step = _first(values, STEP_KEYS)
         is_val = any(key.startswith(VAL_PREFIXES) for key in values)
@@ -952,9 +988,13 @@ class LogParser:
         elif from_dict and self.tqdm_n is not None:
             # transformers prints no step; its bar, drawn just before, is at the step being logged
             step, explicit = self.tqdm_n, True
+        elif self._steps_printed:
+            # the trainer prints its step; a record without one was cut short (the process died mid-write)
+            return True
         else:
             step = None
-        epoch = _first(values, EPOCH_KEYS)
+        self._steps_printed = self._steps_printed or explicit
+        epoch = _epoch(values)
         point = self._place(step, explicit, epoch, line)
         self.points.append(
             Point(
@@ -1013,7 +1053,8 @@ class LogParser:
 
     def snapshot(self) -> Snapshot:
         """The state so far; a complete rich record still open for continuation lines is included tentatively."""
-        points = self.points
+        # a copy: the follower keeps appending from other request threads
+        points = list(self.points)
         metrics = self.metrics
         pending = self._pending
         if pending is not None:
@@ -1027,18 +1068,17 @@ class LogParser:
                 and self._segment_raw is not None
                 and raw > self._segment_raw
             ):
-                points = [
-                    *points,
+                points.append(
                     Point(
                         step=int(raw) + self._offset,
                         loss=loss,
                         lr=_lr(values),
-                        epoch=_first(values, EPOCH_KEYS),
+                        epoch=_epoch(values),
                         tokens_per_s=_first(values, TOKENS_KEYS),
                         time=pending.time,
                         line=pending.line,
-                    ),
-                ]
+                    )
+                )
                 metrics = dict(values)
         return Snapshot(
             points=points,
@@ -1071,6 +1111,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py 0644 <<'GPUHO
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -1113,7 +1154,6 @@ class LogFollower:
         self._partial = b""
         self._parser = LogParser()
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
-        self._stat: os.stat_result | None = None
 
     def refresh(self) -> tuple[Snapshot, list[str], os.stat_result | None]:
         with self._lock:
@@ -1125,7 +1165,6 @@ class LogFollower:
             inode = (st.st_dev, st.st_ino)
             if inode != self._inode or st.st_size < self._offset:
                 self._reset(inode)
-            self._stat = st
             if st.st_size > self._offset:
                 self._read()
             tail = list(self._tail)
@@ -1223,7 +1262,8 @@ def server_health(server_url: str, timeout_s: float = 2.0) -> Health:
     except urllib.error.HTTPError as exc:
         code, error = exc.code, None
         exc.close()
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+        # refused, timed out, or something that does not speak HTTP on that port
         reason = getattr(exc, "reason", exc)
         return Health(url, "down", None, None, str(reason) or type(reason).__name__)
     latency = (time.monotonic() - started) * 1000.0
@@ -1369,7 +1409,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
   .badge.down, .badge.no-log { background: #5a2323; color: #ffc2c2; }
   .badge.waiting { background: #574a1d; color: #ffe7a3; }
   .dim { color: var(--dim); }
-  .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(150px, 1fr)); gap: 10px; margin-bottom: 12px; }
+  .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(128px, 1fr)); gap: 10px; margin-bottom: 12px; }
   .card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
   .stat .v { font-size: 22px; font-variant-numeric: tabular-nums; }
   .stat .k { font-size: 12px; color: var(--dim); }
@@ -1380,12 +1420,15 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
   td, th { text-align: left; padding: 3px 6px; border-bottom: 1px solid var(--line); font-size: 13px; }
   th { color: var(--dim); font-weight: 600; }
   progress { width: 100%; height: 10px; accent-color: var(--accent); }
+  td.bars { width: 32%; }
+  td.bars progress { display: block; height: 7px; margin: 2px 0; }
+  td.bars progress.mem { accent-color: var(--lr); }
   pre { margin: 0; max-height: 360px; overflow: auto; font: 12px/1.35 ui-monospace, Menlo, Consolas, monospace;
         white-space: pre; color: #cfd6df; }
   dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0; font-size: 13px; }
   dt { color: var(--dim); }
   dd { margin: 0; font-variant-numeric: tabular-nums; word-break: break-all; }
-  #error { color: var(--bad); }
+  #error, .bad { color: var(--bad); }
   @media (max-width: 900px) { .plots, .row2 { grid-template-columns: 1fr; } }
 </style>
 </head>
@@ -1400,7 +1443,8 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
 
 <section class="grid">
   <div class="card stat"><div class="k">step</div>
-    <div class="v"><span id="step">{{ t.step | fmt }}</span> <span class="dim">/ <span id="total">{{ t.total_steps | fmt }}</span></span></div>
+    <div class="v"><span id="step">{{ t.step | fmt }}</span>
+      <span class="dim">/ <span id="total">{{ t.total_steps | fmt }}</span></span></div>
     <progress id="progress" max="1" value="{{ t.progress or 0 }}"></progress></div>
   <div class="card stat"><div class="k">epoch</div><div class="v" id="epoch">{{ t.epoch | fmt }}</div></div>
   <div class="card stat"><div class="k">loss</div><div class="v" id="loss">{{ t.loss | fmt }}</div></div>
@@ -1413,9 +1457,11 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
 
 <section class="plots">
   <div class="card"><h2>loss <span class="dim" id="loss-count"></span></h2>
-    <svg id="loss-plot" class="plot" viewBox="0 0 800 260" preserveAspectRatio="none" role="img" aria-label="loss by step"></svg></div>
+    <svg id="loss-plot" class="plot" viewBox="0 0 800 260" preserveAspectRatio="none" role="img"
+         aria-label="loss by step"></svg></div>
   <div class="card"><h2>learning rate</h2>
-    <svg id="lr-plot" class="plot" viewBox="0 0 400 260" preserveAspectRatio="none" role="img" aria-label="learning rate by step"></svg></div>
+    <svg id="lr-plot" class="plot" viewBox="0 0 400 260" preserveAspectRatio="none" role="img"
+         aria-label="learning rate by step"></svg></div>
 </section>
 
 <section class="row2">
@@ -1424,19 +1470,21 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
       <tbody id="gpus">
       {% for gpu in status.gpus %}
         <tr><td>{{ gpu.index }}</td><td>{{ gpu.name }}</td><td>{{ gpu.utilization_pct | fmt }} %</td>
-          <td>{{ gpu.memory_used_mib | fmt }} / {{ gpu.memory_total_mib | fmt }} MiB</td><td></td></tr>
+          <td>{{ gpu.memory_used_mib | fmt }} / {{ gpu.memory_total_mib | fmt }} MiB</td><td class="bars"></td></tr>
       {% endfor %}
       </tbody></table>
     <div class="dim" id="gpu-error">{{ status.gpu_error or "" }}</div>
   </div>
   <div class="card"><h2>hidden-state server and checkpoints</h2>
     <dl>
-      <dt>server</dt><dd><span id="server-state" class="badge {{ status.server.state }}">{{ status.server.state }}</span>
+      <dt>server</dt>
+      <dd><span id="server-state" class="badge {{ status.server.state }}">{{ status.server.state }}</span>
         <span id="server-detail" class="dim">{{ status.server.status_code or status.server.error or "" }}</span></dd>
       <dt>health URL</dt><dd id="server-url">{{ status.server.url }}</dd>
-      <dt>newest checkpoint</dt><dd id="ckpt-name">{{ status.checkpoint.name if status.checkpoint else (status.checkpoint_error or "none yet") }}</dd>
-      <dt>its step / epoch</dt><dd id="ckpt-step">{{ status.checkpoint.step | fmt if status.checkpoint else "–" }} / {{ status.checkpoint.epoch | fmt if status.checkpoint else "–" }}</dd>
-      <dt>written</dt><dd id="ckpt-time">{{ status.checkpoint.time if status.checkpoint else "–" }}</dd>
+      {% set c = status.checkpoint %}
+      <dt>newest checkpoint</dt><dd id="ckpt-name">{{ c.name if c else (status.checkpoint_error or "none yet") }}</dd>
+      <dt>its step / epoch</dt><dd id="ckpt-step">{{ (c.step | fmt) ~ " / " ~ (c.epoch | fmt) if c else "–" }}</dd>
+      <dt>written</dt><dd id="ckpt-time">{{ c.time if c else "–" }}</dd>
       <dt>checkpoints</dt><dd id="ckpt-count">{{ status.checkpoint_count }}</dd>
       <dt>validation</dt><dd id="val">–</dd>
       <dt>log</dt><dd><span id="log-path">{{ status.log.path }}</span> <span class="dim" id="log-age"></span></dd>
@@ -1480,7 +1528,8 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
     var box = svg.viewBox.baseVal, W = box.width, H = box.height;
     var L = 58, R = 10, T = 10, B = 26;
     if (!series.length) {
-      svg.innerHTML = '<text x="' + W / 2 + '" y="' + H / 2 + '" fill="#8b97a8" text-anchor="middle" font-size="14">no data yet</text>';
+      svg.innerHTML = '<text x="' + W / 2 + '" y="' + H / 2 + '" fill="#8b97a8" text-anchor="middle" ' +
+        'font-size="14">no data yet</text>';
       svg.setAttribute("data-points", "0");
       return;
     }
@@ -1494,13 +1543,17 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
     var out = [];
     for (var i = 0; i <= 4; i++) {
       var yv = y0 + (y1 - y0) * i / 4, yy = py(yv).toFixed(1);
-      out.push('<line x1="' + L + '" x2="' + (W - R) + '" y1="' + yy + '" y2="' + yy + '" stroke="#2a3442" stroke-width="1"/>');
-      out.push('<text x="' + (L - 6) + '" y="' + yy + '" fill="#8b97a8" font-size="11" text-anchor="end" dominant-baseline="middle">' + num(yv, 3) + '</text>');
+      out.push('<line x1="' + L + '" x2="' + (W - R) + '" y1="' + yy + '" y2="' + yy +
+        '" stroke="#2a3442" stroke-width="1"/>');
+      out.push('<text x="' + (L - 6) + '" y="' + yy + '" fill="#8b97a8" font-size="11" text-anchor="end" ' +
+        'dominant-baseline="middle">' + num(yv, 3) + '</text>');
       var xv = x0 + (x1 - x0) * i / 4, xx = px(xv).toFixed(1);
-      out.push('<text x="' + xx + '" y="' + (H - 8) + '" fill="#8b97a8" font-size="11" text-anchor="middle">' + Math.round(xv) + '</text>');
+      out.push('<text x="' + xx + '" y="' + (H - 8) + '" fill="#8b97a8" font-size="11" text-anchor="middle">' +
+        Math.round(xv) + '</text>');
     }
     var pts = series.map(function (p) { return px(p[0]).toFixed(1) + "," + py(p[1]).toFixed(1); }).join(" ");
-    out.push('<polyline fill="none" stroke="' + colour + '" stroke-width="1.6" stroke-linejoin="round" points="' + pts + '"/>');
+    out.push('<polyline fill="none" stroke="' + colour + '" stroke-width="1.6" stroke-linejoin="round" points="' +
+      pts + '"/>');
     svg.innerHTML = out.join("");
     svg.setAttribute("data-points", String(series.length));
   }
@@ -1516,9 +1569,10 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
         var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
       });
       var td = document.createElement("td"), bar = document.createElement("progress");
+      td.className = "bars";
       bar.max = 1; bar.value = (gpu.utilization_pct || 0) / 100; bar.title = "utilisation";
       var mem = document.createElement("progress");
-      mem.max = 1; mem.value = memFrac || 0; mem.title = "memory";
+      mem.max = 1; mem.value = memFrac || 0; mem.title = "memory"; mem.className = "mem";
       td.appendChild(bar); td.appendChild(mem); tr.appendChild(td); body.appendChild(tr);
     });
   }
@@ -1534,7 +1588,8 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
     $("progress").value = t.progress || 0;
     setText("epoch", t.epochs_total !== null && t.epoch !== null
       ? num(t.epoch) + " (" + t.epochs_total + " total)" : num(t.epoch));
-    setText("loss", num(t.loss));
+    setText("loss", t.loss_finite === false ? "nan / inf" : num(t.loss));
+    $("loss").className = t.loss_finite === false ? "v bad" : "v";
     setText("lr", num(t.lr, 3));
     setText("tokens", num(t.tokens_per_s, 3));
     setText("rate", num(t.steps_per_s, 3));

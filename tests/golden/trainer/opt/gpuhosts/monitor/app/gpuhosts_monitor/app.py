@@ -21,6 +21,8 @@ CURVE_POINTS = 500
 
 @dataclass(frozen=True)
 class MonitorConfig:
+    """What the monitor watches and how it serves; built from the command line (cli.config_from_args)."""
+
     log: Path
     checkpoints: Path
     server_url: str
@@ -79,6 +81,7 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
         "epochs_total": snap.epochs_total,
         "steps_per_epoch": snap.steps_per_epoch,
         "loss": _finite(latest.loss) if latest else None,
+        "loss_finite": math.isfinite(latest.loss) if latest and latest.loss is not None else None,
         "lr": _finite(latest.lr) if latest else None,
         "tokens_per_s": _finite(latest.tokens_per_s) if latest else None,
         "steps_per_s": round(rate, 6) if rate else None,

@@ -9,6 +9,7 @@ import logging
 import re
 import stat
 import sys
+import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -126,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuhosts_monitor: {exc}", file=sys.stderr)
         return EXIT_USAGE
     app = create_app(config)
+    # a long log takes seconds to parse; start before the first visitor waits for it
+    follower = app.extensions["gpuhosts_monitor"].follower
+    threading.Thread(target=follower.refresh, name="log-warmup", daemon=True).start()
     try:
         server = make_server(config.bind, config.port, app, threaded=True, request_handler=RequestLog)
     except OSError as exc:

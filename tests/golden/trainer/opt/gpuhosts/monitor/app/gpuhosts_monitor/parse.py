@@ -56,15 +56,18 @@ EPOCH_DESC_RE = re.compile(r"^Epoch\s+\d+\b")
 TRAIN_EPOCH_RE = re.compile(r"Training epoch (?P<n>\d+)/(?P<of>\d+) (?P<what>started|completed)")
 VAL_EPOCH_RE = re.compile(r"Validation epoch (?P<n>\d+)/(?P<of>\d+) (?P<what>started|completed)")
 FAST_SKIP_RE = re.compile(r"Fast-skipping (?P<n>\d+) batches")
-# Messages a trainer prints once per launch, before its first step.
+# Messages printed once per launch, before the first step: speculators', transformers', torchrun's, and the
+# "resuming from <checkpoint>" of gpuhosts' training launch script.
 START_MARKERS = re.compile(
     r"No previous (?:training )?checkpoint found"
+    r"|^resuming from /"
     r"|Found checkpoint at "
     r"|Resuming (?:training on|mid-epoch)"
     r"|\*{5} Running training \*{5}"
     r"|Setting OMP_NUM_THREADS environment variable for each process"
 )
-NUMBER_RE = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?(?:nan|inf)$", re.IGNORECASE)
+
+LOGGER_PREFIX_RE = re.compile(r"^.*[:\]]")
 
 STEP_KEYS = ("global_step", "train/global_step", "step", "train/step", "iteration", "iter")
 LOSS_KEYS = ("train/loss", "loss", "train_loss")
@@ -167,9 +170,12 @@ def downsample(points: list[Point], limit: int = 500) -> list[Point]:
 
 def _number(text: str) -> float | None:
     text = text.strip().rstrip(".,;")
-    if not NUMBER_RE.match(text):
+    if "_" in text or not text:
         return None
-    return float(text)
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def key_values(message: str) -> dict[str, float]:
@@ -182,8 +188,10 @@ def key_values(message: str) -> dict[str, float]:
         key, sep, value = part.partition("=")
         if not sep:
             continue
-        # a logger prefix may be glued to the first key (INFO:speculators.metrics:train/loss=…); keys hold no ':'
-        key = re.sub(r"^.*[:\]]", "", key).strip()
+        if ":" in key or "]" in key:
+            # a logger prefix glued to the first key (INFO:speculators.metrics:train/loss=…); keys hold no ':'
+            key = LOGGER_PREFIX_RE.sub("", key)
+        key = key.strip()
         number = _number(value)
         if key and number is not None and "=" not in value:
             found[key.lower()] = number
@@ -195,6 +203,12 @@ def _first(values: dict[str, float], keys: Iterable[str]) -> float | None:
         if key in values and not math.isnan(values[key]):
             return values[key]
     return None
+
+
+def _epoch(values: dict[str, float]) -> float | None:
+    epoch = _first(values, EPOCH_KEYS)
+    # speculators counts whole epochs, transformers fractions of one
+    return int(epoch) if epoch is not None and epoch.is_integer() else epoch
 
 
 def _lr(values: dict[str, float]) -> float | None:
@@ -266,6 +280,7 @@ class LogParser:
         self._segment_raw: int | None = None
         self._offset = 0
         self._derived = -1
+        self._steps_printed = False
         self._start_marker = False
         self._rich_time: float | None = None
         self._rich_day = 0
@@ -279,10 +294,13 @@ class LogParser:
     def feed_line(self, raw: str) -> None:
         self.lines += 1
         # A carriage return redraws the terminal line: every piece is a state a terminal would have shown.
-        for piece in raw.split("\r"):
-            text = ANSI_RE.sub("", piece).rstrip()
-            text = RANK_PREFIX_RE.sub("", text)
-            if text.strip():
+        for piece in raw.split("\r") if "\r" in raw else (raw,):
+            if "\x1b" in piece:
+                piece = ANSI_RE.sub("", piece)
+            if piece.startswith("["):
+                piece = RANK_PREFIX_RE.sub("", piece)
+            text = piece.rstrip()
+            if text and not text.isspace():
                 self._logical(text, self.lines)
 
     def _logical(self, text: str, line: int) -> None:
@@ -366,11 +384,15 @@ class LogParser:
             self._skip_batches = int(match["n"])
 
     def _progress_bar(self, message: str) -> bool:
+        if "%" not in message or "/" not in message:
+            return False
         match = TQDM_CLASSIC_RE.match(message) or TQDM_RICH_RE.match(message)
         if not match:
             return False
         if self._phase == "val":
             return True
+        if match["unit"] not in (None, "it/s", "s/it"):
+            return True  # bytes or examples per second: a download or a dataset map, not steps
         n, total = int(match["n"]), int(match["total"])
         rate = None
         if match["rate"]:
@@ -379,14 +401,20 @@ class LogParser:
                 rate = 1.0 / value if value > 0 else None
             elif value > 0:
                 rate = value
-        if EPOCH_DESC_RE.match(match["desc"].strip()):
+        desc = match["desc"].strip()
+        if EPOCH_DESC_RE.match(desc):
             # one bar per epoch (speculators); after a mid-epoch resume it covers only the batches not skipped
             epoch_total = total + self._skip_batches
             self._skip_batches = 0
             self.steps_per_epoch = max(self.steps_per_epoch or 0, epoch_total)
-        else:
+        elif not desc or "train" in desc.lower():
+            # transformers' training bar has no description, and neither has its shorter evaluation bar
+            if total < (self.tqdm_total or 0):
+                return True
             self.tqdm_total = total
             self.tqdm_n = n
+        else:
+            return True  # loading checkpoint shards and the like
         if rate is not None:
             self.tqdm_rate = rate
         return True
@@ -395,7 +423,8 @@ class LogParser:
         if any(key in values for key in SUMMARY_KEYS):
             self.finished = True
             return True
-        loss = _first(values, LOSS_KEYS)
+        # a diverged run prints loss=nan: that is news, not noise
+        loss = next((values[key] for key in LOSS_KEYS if key in values), None)
         lr = _lr(values)
         raw_step = _first(values, STEP_KEYS)
         is_val = any(key.startswith(VAL_PREFIXES) for key in values)
@@ -411,9 +440,13 @@ class LogParser:
         elif from_dict and self.tqdm_n is not None:
             # transformers prints no step; its bar, drawn just before, is at the step being logged
             step, explicit = self.tqdm_n, True
+        elif self._steps_printed:
+            # the trainer prints its step; a record without one was cut short (the process died mid-write)
+            return True
         else:
             step = None
-        epoch = _first(values, EPOCH_KEYS)
+        self._steps_printed = self._steps_printed or explicit
+        epoch = _epoch(values)
         point = self._place(step, explicit, epoch, line)
         self.points.append(
             Point(
@@ -472,7 +505,8 @@ class LogParser:
 
     def snapshot(self) -> Snapshot:
         """The state so far; a complete rich record still open for continuation lines is included tentatively."""
-        points = self.points
+        # a copy: the follower keeps appending from other request threads
+        points = list(self.points)
         metrics = self.metrics
         pending = self._pending
         if pending is not None:
@@ -486,18 +520,17 @@ class LogParser:
                 and self._segment_raw is not None
                 and raw > self._segment_raw
             ):
-                points = [
-                    *points,
+                points.append(
                     Point(
                         step=int(raw) + self._offset,
                         loss=loss,
                         lr=_lr(values),
-                        epoch=_first(values, EPOCH_KEYS),
+                        epoch=_epoch(values),
                         tokens_per_s=_first(values, TOKENS_KEYS),
                         time=pending.time,
                         line=pending.line,
-                    ),
-                ]
+                    )
+                )
                 metrics = dict(values)
         return Snapshot(
             points=points,

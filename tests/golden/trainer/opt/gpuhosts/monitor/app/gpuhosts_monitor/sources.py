@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -45,7 +46,6 @@ class LogFollower:
         self._partial = b""
         self._parser = LogParser()
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
-        self._stat: os.stat_result | None = None
 
     def refresh(self) -> tuple[Snapshot, list[str], os.stat_result | None]:
         with self._lock:
@@ -57,7 +57,6 @@ class LogFollower:
             inode = (st.st_dev, st.st_ino)
             if inode != self._inode or st.st_size < self._offset:
                 self._reset(inode)
-            self._stat = st
             if st.st_size > self._offset:
                 self._read()
             tail = list(self._tail)
@@ -155,7 +154,8 @@ def server_health(server_url: str, timeout_s: float = 2.0) -> Health:
     except urllib.error.HTTPError as exc:
         code, error = exc.code, None
         exc.close()
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+        # refused, timed out, or something that does not speak HTTP on that port
         reason = getattr(exc, "reason", exc)
         return Health(url, "down", None, None, str(reason) or type(reason).__name__)
     latency = (time.monotonic() - started) * 1000.0

@@ -1,0 +1,1 @@
+"""Training monitor web UI for a DFlash drafter training node."""
