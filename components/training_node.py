@@ -163,8 +163,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     args = [f"--verifier-name-or-path {verifier_dir}", f"--data-path {dataset_dir}", f"--vllm-endpoint {server_url}",
             f"--save-path {save}", f"--epochs {hyper.epochs}", f"--lr {format(hyper.lr, 'g')}",
             "--speculator-type dflash", f"--block-size {hyper.block_size}", f"--num-layers {hyper.num_layers}",
-            "--target-layer-ids " + " ".join(map(str, ids.trainer)), f"--mask-token-id {hyper.mask_token_id}",
-            f"--max-seq-len {hyper.max_seq_len}"]
+            "--target-layer-ids " + " ".join(map(str, ids.trainer)), f"--mask-token-id {hyper.mask_token_id}"]
     if hyper.sliding_window:
         args.append(f"--sliding-window {hyper.sliding_window}")
     args += [a if " " not in a else json.dumps(a) for a in hyper.extra_args]

@@ -104,7 +104,8 @@ class HyperParameters(_Model):
     num_layers: int = Field(5, ge=1, le=16, description="Drafter decoder layers. Default 5.")
     sliding_window: int | None = Field(2048, ge=1, description="Drafter sliding window; null for none. Default 2048.")
     mask_token_id: int = Field(ge=0, description="The verifier tokenizer's mask token id used by DFlash blocks.")
-    max_seq_len: int = Field(8192, ge=256, description="Tokens per training sample. Default 8192.")
+    max_seq_len: int = Field(8192, ge=256, description="Tokens per sample of the prepared data set (its --seq-length); "
+                                                       "the server's maxModelLen must cover it. Default 8192.")
     extra_args: tuple[str, ...] = Field((), description="More train.py flags, appended.")
 
 

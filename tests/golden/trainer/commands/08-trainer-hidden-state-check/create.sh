@@ -158,7 +158,11 @@ probe_hidden_states() {
   newest="$(find "$states" -name '*.safetensors' -newer "$since" -printf '%T@ %p\n' | sort -n | tail -n 1 | cut -d' ' -f2-)"
   rm -f "$since"
   [ -n "$newest" ] || { echo "the server wrote no hidden states under /data/hidden_states for the probe" >&2; return 1; }
-  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py "$newest"
+  # The probe's states are ours to remove; the server keeps caching the training's own.
+  local status=0
+  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py "$newest" || status=$?
+  rm -f "$newest"
+  return "$status"
 }
 
 if ! probe_hidden_states; then

@@ -172,7 +172,11 @@ probe_hidden_states() {
   newest="$(find "$states" -name '*.safetensors' -newer "$since" -printf '%T@ %p\n' | sort -n | tail -n 1 | cut -d' ' -f2-)"
   rm -f "$since"
   [ -n "$newest" ] || { echo "the server wrote no hidden states under /data/hidden_states for the probe" >&2; return 1; }
-  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py "$newest"
+  # The probe's states are ours to remove; the server keeps caching the training's own.
+  local status=0
+  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py "$newest" || status=$?
+  rm -f "$newest"
+  return "$status"
 }
 
 # The server must be up, and its hidden states non-zero, before the first step.
@@ -202,7 +206,6 @@ exec "$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per
   --num-layers 5 \
   --target-layer-ids 2 17 32 47 62 \
   --mask-token-id 248077 \
-  --max-seq-len 8192 \
   --sliding-window 2048 \
   --from-pretrained "$start"
 GPUHOSTS_EOF
