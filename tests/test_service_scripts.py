@@ -122,7 +122,8 @@ def prepared(tmp_path_factory) -> Host:
 def host(prepared, tmp_path) -> Host:
     tree = tmp_path / "kpro5"
     shutil.copytree(prepared.tree, tree, symlinks=True)
-    return Host(tree, prepared.run_file, prepared.sha256, prepared.sglang_port, prepared.vllm_port)
+    # Ports of this test's own: a port picked once per module could be taken by another process in between.
+    return Host(tree, prepared.run_file, prepared.sha256, free_port(), free_port())
 
 
 @pytest.fixture
