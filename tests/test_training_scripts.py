@@ -282,3 +282,22 @@ def test_preflight_reads_real_nvidia_smi_output(tmp_path, model, driver, says):
     env = {**host_env(tmp_path), "PATH": f"{bin_dir}:/usr/bin:/bin", "GPUHOSTS_HOST_ROOT": ""}
     result = subprocess.run(["bash", "-c", step.create], capture_output=True, text=True, env=env)
     assert result.returncode == 1 and says in result.stderr, result.stdout + result.stderr
+
+
+def test_destroy_deletes_data_and_checkpoints_only_when_the_config_says_so(node):
+    values = json.loads(json.dumps(node.values))
+    values["training"]["dataset"]["deleteOnDestroy"] = True
+    values["training"]["deleteCheckpointsOnDestroy"] = True
+    steps = node.steps(values)
+    server = StateServer(node.path("/data/hidden_states"), values["training"]["server"]["port"])
+    try:
+        for step in steps:
+            node.apply(step)
+    finally:
+        server.close()
+    (node.path("/data/checkpoints/Qwen3.6-27B-DFlash/epoch_1")).mkdir(parents=True)
+    outputs = {s.name: node.apply(s, "delete") for s in reversed(steps)}
+    assert not node.path("/data/data/qwen36-mix-913k").exists()
+    assert not node.path("/data/checkpoints/Qwen3.6-27B-DFlash").exists()
+    assert "deleted /data/checkpoints/Qwen3.6-27B-DFlash (the config says to)" in outputs["trainer-dflash-training"]
+    assert node.path("/data/models/Qwen/Qwen3.6-27B/config.json").exists()
