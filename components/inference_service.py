@@ -138,9 +138,8 @@ def exec_start(argv: list[str]) -> str:
     """ExecStart's value, one flag (with its value) per continued line."""
     groups: list[list[str]] = []
     for arg in argv:
-        if groups and not arg.startswith("--") and groups[-1][-1].startswith("--") and len(groups[-1]) == 1:
-            groups[-1].append(arg)
-        elif groups and not arg.startswith("--") and not groups[-1][0].startswith("--"):
+        # A value stays on the line of its flag (all of them, for a flag taking a list); "--" stands alone.
+        if groups and not arg.startswith("--") and groups[-1][0] != "--":
             groups[-1].append(arg)
         else:
             groups.append([arg])

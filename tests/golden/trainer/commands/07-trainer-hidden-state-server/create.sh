@@ -163,8 +163,7 @@ Environment=HF_HUB_OFFLINE=1
 Environment=PATH=/opt/gpuhosts/vllm/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ExecStart=/opt/gpuhosts/vllm/venv/bin/python /opt/gpuhosts/speculators/src/scripts/launch_vllm.py /data/models/Qwen/Qwen3.6-27B \
     --hidden-states-path /data/hidden_states \
-    --target-layer-ids 2 \
-    17 32 47 62 \
+    --target-layer-ids 2 17 32 47 62 \
     -- \
     --host 127.0.0.1 \
     --port 8000 \

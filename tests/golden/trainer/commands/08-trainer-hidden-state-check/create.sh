@@ -141,7 +141,7 @@ finish() {
     say "done: no change"
   fi
 }
-# Pre-flight after the hidden-state server (step a7caddd2e63d593b) starts: refuse to train on all-zero states.
+# Pre-flight after the hidden-state server (step 27db85372fe671f0) starts: refuse to train on all-zero states.
 # probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check the states
 # it wrote are not all zero. Shared by the pre-flight step and the launch script.
 probe_hidden_states() {
