@@ -81,7 +81,8 @@ class Target:
     @classmethod
     def from_stack_file(cls, stack_file: Path, private_key: Path, workdir: Path) -> "Target":
         values, _secure = read_stack_file(Path(stack_file))
-        ssh = values["host"]["ssh"]
+        # A Proxmox host's stack names it gpuhosts:host, a training node's gpuhosts:node.
+        ssh = (values.get("host") or values["node"])["ssh"]
         host, port, host_key = ssh["host"], int(ssh.get("port", 22)), ssh["hostKey"]
         workdir.mkdir(parents=True, exist_ok=True)
         known_hosts = workdir / "known_hosts"

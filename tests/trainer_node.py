@@ -1,0 +1,132 @@
+"""A simulated training node for the tests: the converged kpro5 tree stands in for a machine whose driver is
+installed (its two RTX A6000 are the node's GPUs), with a python3, a local speculators repository, a data set to
+stage from a file:// source, the trainer stack aimed at them, and a hidden-state server stand-in."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from components.proxmox_host import plan_host
+from conftest import KPRO5_SECRETS, kpro5_values, trainer_values
+from fakehost import host_env
+from fakehost.installer import make_fake_run
+from fakehost.tree import seed_kpro5
+from gpuhosts.config import validate_stack
+
+VERSION = "580.126.09"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def safetensors_bytes(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes:
+    """A safetensors file written the way the format defines it (header length, JSON header, data)."""
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+class StateServer:
+    """The hidden-state server's outside: /health, and /v1/completions that writes one sample's states."""
+
+    def __init__(self, states: Path, port: int, zeros: bool = False):
+        self.states, self.zeros = states, zeros
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, body: bytes, status: int = 200):
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self.reply(b"" if self.path == "/health" else b"not found", 200 if self.path == "/health" else 404)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                values = [0.0] * 48 if outer.zeros else [0.5 * (i % 7 - 3) for i in range(48)]
+                raw = struct.pack("<48f", *values)
+                outer.states.mkdir(parents=True, exist_ok=True)
+                (outer.states / "req-0001.safetensors").write_bytes(safetensors_bytes(
+                    {"hidden_states": ("F32", [6, 8], raw), "token_ids": ("I64", [6], struct.pack("<6q", *range(6)))}))
+                self.reply(json.dumps({"choices": [{"text": "x"}]}).encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def prepare_node(root: Path) -> Path:
+    """A node tree with its driver loaded under root/node, a speculators repository and a data set beside it."""
+    run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    sha = make_fake_run(run_file, VERSION)
+    tree = seed_kpro5(root / "node")
+    values = kpro5_values()
+    values["nvidia"].update(url=f"file://{run_file}", sha256=sha)
+    values.pop("services")
+    for step in plan_host(validate_stack(values, KPRO5_SECRETS)).steps:
+        result = subprocess.run(["bash", "-c", step.create], capture_output=True, text=True, env=host_env(tree))
+        assert result.returncode == 0, result.stderr
+    # The node's own python3 (a training node is a plain machine: its python3 bootstraps uv).
+    shutil.copy(tree / "var/lib/lxc/129/rootfs/usr/bin/python3", tree / "usr/bin/python3")
+
+    repo = root / "speculators"
+    (repo / "scripts").mkdir(parents=True)
+    for script in ("launch_vllm.py", "train.py", "prepare_data.py"):
+        (repo / "scripts" / script).write_text(f"# speculators {script} (test repository)\n")
+    git("init", "-q", cwd=repo)
+    git("add", ".", cwd=repo)
+    git("commit", "-q", "-m", "v0.5.0", cwd=repo)
+    git("tag", "v0.5.0", cwd=repo)
+
+    data = root / "dataset"
+    (data / "shards").mkdir(parents=True)
+    for index in range(3):
+        (data / "shards" / f"train-{index:05d}.arrow").write_bytes(bytes([index]) * 4096)
+    (data / "dataset_info.json").write_text(json.dumps({"samples": 913786}))
+    sums = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(data).as_posix()}\n"
+                   for p in sorted(data.rglob("*")) if p.is_file())
+    (data / "SHA256SUMS").write_text(sums)
+    return tree
+
+
+def node_values(root: Path) -> dict:
+    """The trainer stack aimed at the node prepared under `root`: its two GPUs, small sizes, local sources."""
+    values = trainer_values()
+    values["node"].update(gpus={"count": 2, "model": "RTX A6000"}, driverVersion=VERSION)
+    training = values["training"]
+    training["server"].update(gpus=[0], tensorParallelSize=1, port=free_port())
+    training["trainingGpus"] = [1]
+    training["speculators"]["repository"] = f"file://{root / 'speculators'}"
+    training["verifier"]["sizeGb"] = 1
+    training["drafter"]["sizeGb"] = 1
+    training["checkpointsReserveGb"] = 1
+    manifest = (root / "dataset" / "SHA256SUMS").read_bytes()
+    training["dataset"].update(source=f"file://{root / 'dataset'}/", manifestSha256=hashlib.sha256(manifest).hexdigest(),
+                               sizeGb=0.1)
+    return values
