@@ -5,7 +5,8 @@ program run that writes the plan (`gpuhosts plan`) plus applying it; the last li
 
     lifecycle: converge1=<s>s converge2=<s>s commands1=<n> commands2=<n> writes2=<n> faults=<survived>/<injected> refused=<refused>/<tried>
 
-and the line before it gives the same figures for the inference services of container 129 (`services: …`).
+and the lines before it give the same figures for the inference services of container 129 (`services: …`) and for
+the training node (`trainer: …`).
 
 writes2 counts the commands of the second converge whose output ends in `done: changed` (target 0).
 """
@@ -163,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         print("inference services in CT 129 (the gate measures an engine stand-in)")
         services = _services(Bed.copy_of(ladder.bed, root / "services"), check)
         ladder.bed.close()
+
+        # --- the training node --------------------------------------------------------------------------------
+        print("training node (a simulated node; the hidden-state server is a stand-in)")
+        trainer = _trainer(root / "trainer", check)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -170,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if failures:
         print(f"{len(failures)} check(s) failed: " + "; ".join(failures))
     print("services: " + " ".join(f"{k}={v}" for k, v in services.items()))
+    print("trainer: " + " ".join(f"{k}={v}" for k, v in trainer.items()))
     print(f"lifecycle: converge1={converge1:.1f}s converge2={converge2:.1f}s commands1={len(runs1)} "
           f"commands2={len(runs2)} writes2={writes2} faults={survived}/{injected} refused={refused}/{tried}")
     return 1 if failures else 0
@@ -214,6 +220,48 @@ def _services(bed, check) -> dict:
     return {"converge1": f"{converge1:.1f}s", "converge2": f"{converge2:.1f}s", "commands1": len(first),
             "commands2": len(second), "gate": "passed" if gate and gate["passed"] else "failed",
             "acceptance": f"{gate['acceptance_length']:.2f}" if gate else "-", "leaks": leaks, "weightsKept": kept}
+
+
+def _trainer(root: Path, check) -> dict:
+    """The trainer stack over SSH on a simulated node: up, up again, destroy; figures for the summary line."""
+    import yaml
+    from sshhost import SshHost
+    from sshhost.executor import Executor, Target, write_plan
+    from trainer_node import StateServer, node_values, prepare_node
+
+    root.mkdir(parents=True)
+    tree = prepare_node(root)
+    ssh = SshHost(tree, root / "ssh").start()
+    token = "hf_LifecycleTrainerToken"
+    try:
+        values = node_values(root)
+        values["node"]["ssh"].update(host=ssh.host, port=ssh.port, user=ssh.user, hostKey=ssh.host_key)
+        stack_file = root / "Pulumi.trainer.yaml"
+        stack_file.write_text(yaml.safe_dump({"config": {f"gpuhosts:{k}": v for k, v in values.items()}}))
+        executor = Executor(Target.from_stack_file(stack_file, ssh.private_key, root / "client"), root / "state.json",
+                            root / "commands.log", secrets={"hfToken": token})
+        server = StateServer(tree / "data/hidden_states", values["training"]["server"]["port"])
+        try:
+            began = time.monotonic()
+            first = executor.up(write_plan("trainer", stack_file, root / "plan-1"))
+            converge1 = time.monotonic() - began
+            began = time.monotonic()
+            second = executor.up(write_plan("trainer", stack_file, root / "plan-2"))
+            converge2 = time.monotonic() - began
+        finally:
+            server.close()
+        check(len(first) == 11, f"up: {len(first)} commands, the job and the monitor running")
+        check(second == [], f"up again: {len(second)} commands")
+        executor.destroy()
+        kept = all((tree / p).exists() for p in ("data/models/Qwen/Qwen3.6-27B/config.json",
+                                                  "data/data/qwen36-mix-913k/SHA256SUMS"))
+        check(kept, "destroy kept the models and the data set")
+        leaks = int(token.encode() in (root / "commands.log").read_bytes() + (root / "state.json").read_bytes())
+        check(leaks == 0, "no token in the command log or the state")
+    finally:
+        ssh.stop()
+    return {"converge1": f"{converge1:.1f}s", "converge2": f"{converge2:.1f}s", "commands1": len(first),
+            "commands2": len(second), "leaks": leaks, "dataKept": kept}
 
 
 def _converges(bed, plan) -> bool:
