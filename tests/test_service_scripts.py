@@ -22,7 +22,7 @@ from conftest import KPRO5_SECRETS, kpro5_values
 from engine_standin import Engine, start_engine
 from fakehost import host_env
 from fakehost.installer import make_fake_run
-from fakehost.tree import seed_kpro5, tree_digest, tree_listing
+from fakehost.tree import seed_kpro5, tree_listing
 from fakehost.util import configure
 from gpuhosts.config import validate_stack
 from gpuhosts.render import Step

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from conftest import KPRO5_SECRETS, PROJECT, TRAINER_SECRETS, kpro5_values, trainer_values
+from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 from components.proxmox_host import plan_host
 from components.training_node import plan_training_node
 from gpuhosts.config import validate_stack
