@@ -188,7 +188,7 @@ fi
 devices_changed=0
 if [ -f "$owned" ]; then
   while read -r key path; do
-    if dev_entries | grep -qx "$key $path"; then
+    if grep -qx "$key $path" <<<"$(dev_entries)"; then
       owe "ct-$vmid-restart"
       pct set "$vmid" --delete "$key"
       devices_changed=1
