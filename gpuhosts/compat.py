@@ -35,6 +35,8 @@ class _Row(BaseModel):
 
 
 class Rule(_Row):
+    """A row of `rules` (checks over services); `TrainingRule` rows check a training node's settings."""
+
     id: str
     severity: Severity
     check: str
@@ -44,11 +46,15 @@ class Rule(_Row):
     fix: str
     source: str
 
+    @classmethod
+    def checks(cls) -> dict[str, Callable]:
+        return CHECKS
+
     @field_validator("check")
     @classmethod
     def _known(cls, value: str) -> str:
-        if value not in CHECKS:
-            raise ValueError(f"unknown check {value!r}; known: {', '.join(sorted(CHECKS))}")
+        if value not in cls.checks():
+            raise ValueError(f"unknown check {value!r}; known: {', '.join(sorted(cls.checks()))}")
         return value
 
 
@@ -61,22 +67,10 @@ class ModelRow(_Row):
     sliding_window: bool | None = None
 
 
-class TrainingRule(_Row):
-    id: str
-    severity: Severity
-    check: str
-    params: dict[str, Any] = {}
-    field: str
-    reason: str
-    fix: str
-    source: str
-
-    @field_validator("check")
+class TrainingRule(Rule):
     @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in TRAINING_CHECKS:
-            raise ValueError(f"unknown training check {value!r}; known: {', '.join(sorted(TRAINING_CHECKS))}")
-        return value
+    def checks(cls) -> dict[str, Callable]:
+        return TRAINING_CHECKS
 
 
 class RuleFile(_Row):
@@ -343,7 +337,7 @@ def _training_fix_present(params: dict, training: Any, rules: RuleFile) -> str |
         return None
     package = _package(training, params["package"])
     pr = params["pr"]
-    if pr in package.includes_prs or version_key(package.version) >= version_key(params["knownIn"]):
+    if package.contains(pr) or version_key(package.version) >= version_key(params["knownIn"]):
         return None
     return f"{params['package']} {package.version}{' + ' + package.git_ref if package.git_ref else ''} is not known " \
            f"to contain PR {pr}"

@@ -183,16 +183,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _services(bed, check) -> dict:
     """Up with kpro5's services, up again, destroy; figures for the summary line."""
-    import socket
-
     from components.deploy_gate import parse_gate_output
     from engine_standin import Engine, start_engine
+    from sshhost import free_port
     from sshhost.bed import SECRETS
-
-    def free_port() -> int:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            return probe.getsockname()[1]
 
     ports = free_port(), free_port()
     engine = start_engine(Engine(kind="sglang", sglang_length=3.4, sglang_rate=0.8, key=SECRETS["llmApiKey"]), ports[0])

@@ -63,19 +63,21 @@ def _release(value: Any) -> Any:
     return text
 
 
-class EngineSpec(_Model):
-    name: Engine = Field(description="`sglang` or `vllm`.")
+class PackageSpec(_Model):
+    """A Python package pinned to a release, or built from a git ref of its repository."""
+
     version: str = Field(
         description="Exact release installed from PyPI, or, with gitRef, the release that ref is based on (the "
                     "compatibility rules read it)."
     )
     git_ref: str | None = Field(
-        None, description="Build the engine from this git ref of its repository instead: a pull request head "
+        None, description="Build from this git ref of the repository instead: a pull request head "
                           "(`refs/pull/40898/head`), a branch or tag ref, or a 40-digit commit. Default none (the release)."
     )
-    repository: str | None = Field(None, description="Git repository for gitRef; default the engine's upstream.")
+    repository: str | None = Field(None, description="Git repository for gitRef (and a checkout of its scripts); "
+                                                     "default the project's upstream.")
     includes_prs: tuple[int, ...] = Field(
-        (), description="Pull requests of the engine's repository the installed build contains beyond its release "
+        (), description="Pull requests of the repository the installed build contains beyond its release "
                         "(a PR head build contains its own PR). Default none."
     )
 
@@ -99,6 +101,10 @@ class EngineSpec(_Model):
 
     def contains(self, pr: int) -> bool:
         return pr in self.includes_prs or pr == self.pull_request
+
+
+class EngineSpec(PackageSpec):
+    name: Engine = Field(description="`sglang` or `vllm`.")
 
     @property
     def source_repository(self) -> str:

@@ -26,7 +26,7 @@ from gpuhosts.config import (
     _suggest,
     _validate_at,
 )
-from gpuhosts.services import GIT_REF, DrafterSpec, ModelSpec, _release
+from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
 
 TRAINER_SECTIONS = ("node", "training")
 TRAINER_SECRET_KEYS = ("sshPrivateKey", "hfToken")
@@ -65,26 +65,6 @@ class NodeConfig(_Model):
         if not value.startswith("/") or ".." in value.split("/") or value.rstrip("/") == "":
             raise ValueError(f"{value!r} must be an absolute directory other than /")
         return value.rstrip("/")
-
-
-class PackageSpec(_Model):
-    version: str = Field(description="Exact release from PyPI (with gitRef: the release the ref is based on).")
-    git_ref: str | None = Field(None, description="Build from this git ref of the repository instead. Default none.")
-    repository: str | None = Field(None, description="Git repository (for gitRef, and speculators' scripts/); "
-                                                     "default the project's GitHub repository.")
-    includes_prs: tuple[int, ...] = Field((), description="Pull requests the build contains beyond its release.")
-
-    @field_validator("version", mode="before")
-    @classmethod
-    def _version(cls, value: Any) -> Any:
-        return _release(value)
-
-    @field_validator("git_ref")
-    @classmethod
-    def _ref(cls, value: str | None) -> str | None:
-        if value is not None and not GIT_REF.match(value):
-            raise ValueError(f"{value!r} is not a git ref: use refs/pull/N/head, refs/heads/…, refs/tags/… or a full commit")
-        return value
 
 
 class ServerSpec(_Model):

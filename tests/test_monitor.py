@@ -22,6 +22,7 @@ from gpuhosts_monitor.app import MonitorConfig, create_app
 from gpuhosts_monitor.cli import build_parser, config_from_args, main
 from gpuhosts_monitor.parse import LogParser, Point, downsample, key_values, parse_text
 from gpuhosts_monitor.sources import LogFollower, newest_checkpoint, parse_gpus, query_gpus
+from sshhost import free_port
 
 TRAINING = FIXTURES / "training"
 SMI = TRAINING / "nvidia-smi"
@@ -404,11 +405,6 @@ def health_server():
     yield server
     server.close()
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def make_checkpoints(root: Path, layout: dict[str, dict]) -> Path:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from fakehost.tree import seed_kpro5, tree_listing
 from fakehost.util import configure
 from gpuhosts.config import validate_stack
 from gpuhosts.render import Step
+from sshhost import free_port
 
 VERSION = "580.126.09"
 HF_TOKEN = "hf_ServiceTestToken5f9d2c"
@@ -33,11 +33,6 @@ API_KEY = "sk-service-test-key-81b3e7"
 SECRETS = {"hfToken": HF_TOKEN, "llmApiKey": API_KEY}
 CT = "var/lib/lxc/129/rootfs"
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import socket
 import struct
 import subprocess
 import threading
@@ -20,14 +19,10 @@ from fakehost import host_env
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5
 from gpuhosts.config import validate_stack
+from sshhost import free_port
 
 VERSION = "580.126.09"
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def safetensors_bytes(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes:

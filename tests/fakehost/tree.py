@@ -185,17 +185,21 @@ def volatile(t: Path) -> tuple:
     return ("run", "proc/sys/kernel/random/boot_id", "var/log/fakehost") + cts
 
 
-def tree_digest(tree, exclude=None) -> str:
-    """sha256 over relative paths, modes, symlink targets and contents (``exclude``: volatile paths)."""
+def _walk(tree, exclude):
+    """(relative name, path) of every entry of the tree in sorted order, leaving out ``exclude`` (default: volatile)."""
     t = Path(tree)
     exclude = volatile(t) if exclude is None else exclude
-    h = hashlib.sha256()
     for p in sorted(t.rglob("*")):
         name = p.relative_to(t).as_posix()
-        if any(name == e or name.startswith(e.rstrip("/") + "/") for e in exclude):
-            continue
-        st = p.lstat()
-        h.update(f"{name}\0{st.st_mode:o}\0".encode())
+        if not any(name == e or name.startswith(e.rstrip("/") + "/") for e in exclude):
+            yield name, p
+
+
+def tree_digest(tree, exclude=None) -> str:
+    """sha256 over relative paths, modes, symlink targets and contents (``exclude``: volatile paths)."""
+    h = hashlib.sha256()
+    for name, p in _walk(tree, exclude):
+        h.update(f"{name}\0{p.lstat().st_mode:o}\0".encode())
         if p.is_symlink():
             h.update(b"L" + os.readlink(p).encode())
         elif p.is_file():
@@ -206,15 +210,9 @@ def tree_digest(tree, exclude=None) -> str:
 
 def tree_listing(tree, exclude=None) -> dict:
     """path -> content/target summary; diff two of them to see what a digest mismatch is about."""
-    t = Path(tree)
-    exclude = volatile(t) if exclude is None else exclude
     out = {}
-    for p in sorted(t.rglob("*")):
-        name = p.relative_to(t).as_posix()
-        if any(name == e or name.startswith(e.rstrip("/") + "/") for e in exclude):
-            continue
-        st = p.lstat()
+    for name, p in _walk(tree, exclude):
         val = ("-> " + os.readlink(p)) if p.is_symlink() else (
             hashlib.sha256(p.read_bytes()).hexdigest()[:12] if p.is_file() else "dir")
-        out[name] = f"{st.st_mode:o} {val}"
+        out[name] = f"{p.lstat().st_mode:o} {val}"
     return out

@@ -8,13 +8,13 @@ for the secret values.
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
 from components.deploy_gate import parse_gate_output
 from engine_standin import Engine, start_engine
 from sshhost.bed import SECRETS, Bed
+from sshhost import free_port
 
 SERVICE_COMMANDS = ["kpro5-ct129-env-qwen-sglang", "kpro5-ct129-env-qwen-vllm-dflash", "kpro5-ct129-model-qwen3-6-27b",
                     "kpro5-ct129-model-qwen3-6-27b-dflash", "kpro5-ct129-service-qwen-vllm-dflash",
@@ -22,11 +22,6 @@ SERVICE_COMMANDS = ["kpro5-ct129-env-qwen-sglang", "kpro5-ct129-env-qwen-vllm-df
 KEY_FILES = ("var/lib/lxc/129/rootfs/etc/gpuhosts/qwen-sglang.env",
              "var/lib/lxc/129/rootfs/etc/gpuhosts/qwen-vllm-dflash.env")
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
