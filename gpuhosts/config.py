@@ -304,14 +304,8 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     """
     from gpuhosts.services import check_stack_services, referenced_secrets, validate_service_entries
 
-    secret_names = set(SECRET_KEYS) | referenced_secrets(raw.get("services"))
-    problems = [
-        Problem(path=f"{NAMESPACE}:{key}",
-                message=f"holds a secret as plain text; remove it and run `pulumi config set --secret {NAMESPACE}:{key}`"
-                if key in secret_names else "is not a gpuhosts setting" + _suggest(key, SECTIONS + SECRET_KEYS))
-        for key in sorted(raw)
-        if key not in SECTIONS and key not in secret_keys and raw[key] is not None
-    ]
+    problems = stray_key_problems(raw, SECTIONS, SECRET_KEYS, referenced_secrets(raw.get("services")), secret_keys,
+                                  "is not a gpuhosts setting")
 
     def section(model: type[_Model], key: str) -> Any:
         if raw.get(key) is None:
@@ -344,6 +338,18 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     if problems:
         raise ConfigError(problems)
     return stack.model_copy(update={"services": tuple(s for _, s in services), "service_warnings": tuple(service_warnings)})
+
+
+def stray_key_problems(raw: dict[str, Any], sections: tuple[str, ...], known_secrets: tuple[str, ...],
+                       named_secrets: set[str], secret_keys: set[str] | frozenset[str], unknown: str) -> list[Problem]:
+    """Keys of a stack that are neither its sections nor set as secrets: a secret given in plain text (said without
+    its value), or an unknown key with the nearest known one."""
+    return [
+        Problem(path=f"{NAMESPACE}:{key}",
+                message=f"holds a secret as plain text; remove it and run `pulumi config set --secret {NAMESPACE}:{key}`"
+                if key in set(known_secrets) | named_secrets else unknown + _suggest(key, sections + known_secrets))
+        for key in sorted(raw) if key not in sections and key not in secret_keys and raw[key] is not None
+    ]
 
 
 def _validate_at(model: type[_Model], value: Any, loc: tuple[Any, ...], problems: list[Problem]) -> Any:

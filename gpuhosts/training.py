@@ -23,7 +23,7 @@ from gpuhosts.config import (
     Problem,
     SshConfig,
     _Model,
-    _suggest,
+    stray_key_problems,
     _validate_at,
 )
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
@@ -223,14 +223,9 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
     """Turn a training node stack's values into a TrainerStack, or raise ConfigError naming every problem."""
     from gpuhosts.compat import check_training
 
-    secret_names = set(TRAINER_SECRET_KEYS) | referenced_training_secrets(raw.get("training"))
-    problems = [
-        Problem(path=f"{NAMESPACE}:{key}",
-                message=f"holds a secret as plain text; remove it and run `pulumi config set --secret {NAMESPACE}:{key}`"
-                if key in secret_names else "is not a setting of a training node stack"
-                + _suggest(key, TRAINER_SECTIONS + TRAINER_SECRET_KEYS))
-        for key in sorted(raw) if key not in TRAINER_SECTIONS and key not in secret_keys and raw[key] is not None
-    ]
+    problems = stray_key_problems(raw, TRAINER_SECTIONS, TRAINER_SECRET_KEYS,
+                                  referenced_training_secrets(raw.get("training")), secret_keys,
+                                  "is not a setting of a training node stack")
     node = training = None
     for key, model in (("node", NodeConfig), ("training", TrainingConfig)):
         if raw.get(key) is None:
