@@ -35,7 +35,7 @@ if settings.get_object("node") is not None or settings.get_object("training") is
     for warning in trainer.warnings:
         pulumi.log.warn(warning)
     secrets = {name: settings.require_secret(name) for name in sorted(secret_keys)}
-    node = TrainingNode(trainer, settings.require_secret("sshPrivateKey"), secrets)
+    node = TrainingNode(trainer, secrets)
     pulumi.export("desired", {"training": node.summary})
 else:
     from components.proxmox_host import ProxmoxHost, summarize_host
@@ -47,7 +47,7 @@ else:
     for warning in config.warnings():
         pulumi.log.warn(warning)
     secrets = {name: settings.require_secret(name) for name in sorted(secret_keys)}
-    host = ProxmoxHost(config, settings.require_secret("sshPrivateKey"), secrets)
+    host = ProxmoxHost(config, secrets)
     pulumi.export("rebootRequired", host.reboot_required)
     pulumi.export("desired", summarize_host(config))
     pulumi.export("services", host.service_outputs)

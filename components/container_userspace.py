@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import pulumi
-from pulumi_command import remote
-
-from components._command import step_command
 from gpuhosts.config import ContainerConfig, StackConfig
-from gpuhosts.render import Step, render
+from gpuhosts.facts import Fact, desired, render_probe
+from gpuhosts.render import render
+from gpuhosts.units import Unit
 
 
-def plan_container_userspace(config: StackConfig, container: ContainerConfig) -> Step:
-    unit = f"ct{container.vmid}-nvidia-userspace"
+def userspace_key(vmid: int) -> str:
+    return f"ct{vmid}-nvidia-userspace"
+
+
+def plan_container_userspace(config: StackConfig, container: ContainerConfig, needs: tuple[str, ...]) -> Unit:
+    unit = userspace_key(container.vmid)
+    version = config.nvidia.version
     values = dict(
         unit=unit,
         vmid=container.vmid,
@@ -19,16 +22,15 @@ def plan_container_userspace(config: StackConfig, container: ContainerConfig) ->
         nvidia=config.nvidia,
         gpu_count=len(config.container_gpus(container.vmid)),
     )
-    return Step(
-        name=f"{config.host.name}-{unit}",
-        create=render("container_userspace/ensure.sh.j2", **values),
-        delete=render("container_userspace/teardown.sh.j2", **values),
+    # NVML refuses a user space that differs from the loaded module by as much as a patch level.
+    host_facts = [Fact("host module", "module_version", version)]
+    container_facts = [Fact(f"user space in ct{container.vmid}", "userspace_version", version)]
+    return Unit(
+        key=unit,
+        kind="ContainerUserspace",
+        ensure=render("container_userspace/ensure.sh.j2", **values),
+        teardown=render("container_userspace/teardown.sh.j2", **values),
+        probe=render_probe(unit, host_facts, vmid=container.vmid, container_facts=container_facts),
+        desired=desired(host_facts + container_facts),
+        needs=needs,
     )
-
-
-class ContainerUserspace(pulumi.ComponentResource):
-    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs,
-                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
-        super().__init__("gpuhosts:host:ContainerUserspace", name, None, opts)
-        self.command = step_command(step, connection, self, depends_on or [])
-        self.register_outputs({"stdout": self.command.stdout})

@@ -12,13 +12,11 @@ import json
 import re
 from dataclasses import dataclass
 
-import pulumi
-from pulumi_command import remote
-
-from components._command import step_command
 from gpuhosts.compat import ModelFacts, model_facts
 from gpuhosts.config import StackConfig
-from gpuhosts.render import HostFile, Step, render
+from gpuhosts.facts import Fact, desired, files_facts, systemd_fact
+from gpuhosts.render import HostFile, render
+from gpuhosts.units import Unit
 from gpuhosts.services import Engine, ServiceConfig, SpecMethod
 
 SERVICE_ROOT = "/opt/gpuhosts"
@@ -170,16 +168,20 @@ def render_service(service: ServiceConfig, stack: StackConfig | None = None) -> 
                         argv=tuple(argv), environment=environment)
 
 
-def plan_inference_service(host: str, service: ServiceConfig, stack: StackConfig) -> Step:
+def service_key(service: ServiceConfig) -> str:
+    return f"ct{service.container}-service-{service.name}"
+
+
+def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tuple[str, ...]) -> Unit:
     """Install the unit (and launcher, gate script, key file) in the container; start, restart or stop it."""
     from components.gate_probe import render_gate_script
-    from components.python_env import in_container
+    from components.python_env import in_container, probe_in
 
     files = render_service(service, stack)
     gate_script = render_gate_script()
     installed = [files.unit] + ([files.launcher] if files.launcher else []) + [gate_script]
     model_dirs = [service.model.path] + ([service.speculative.drafter.path] if service.speculative.drafter else [])
-    unit = f"ct{service.container}-service-{service.name}"
+    unit = service_key(service)
     secret = service.api_key_secret
     values = dict(unit=unit, vmid=service.container, service=service, venv=venv_path(service), files=installed,
                   restart_on=[f.path for f in installed if f is not gate_script], model_dirs=model_dirs,
@@ -187,20 +189,22 @@ def plan_inference_service(host: str, service: ServiceConfig, stack: StackConfig
                   own_files=[files.unit.path] + ([environment_file(service)] if secret else []),
                   shared_files=[SGLANG_LAUNCHER, gate_script.path],
                   own_dirs=[ENV_DIR, SGLANG_LAUNCHER.rsplit("/", 1)[0]])
-    return Step(
-        name=f"{host}-{unit}",
-        create=in_container(unit, service.container, render("container_services/service.sh.j2", **values), secret=secret),
-        delete=in_container(unit, service.container, render("container_services/service-teardown.sh.j2", **values),
-                            teardown=True),
+    facts = [*files_facts(installed), systemd_fact(service.unit_name, enabled=service.enabled, active=service.enabled)]
+    if secret:
+        # The key file's content is a secret: only its presence and mode are facts.
+        env_file = environment_file(service)
+        facts.append(Fact(f"key file {env_file}", f'stat -c "present mode:%a" "$root{env_file}" || echo missing',
+                          "present mode:600"))
+    return Unit(
+        key=unit,
+        kind="InferenceService",
+        ensure=in_container(unit, service.container, render("container_services/service.sh.j2", **values), secret=secret),
+        teardown=in_container(unit, service.container, render("container_services/service-teardown.sh.j2", **values),
+                              teardown=True),
+        probe=probe_in(unit, service.container, facts),
+        desired=desired(facts),
+        needs=needs,
         files=tuple(installed),
         stdin_secret=secret,
         container=service.container,
     )
-
-
-class InferenceService(pulumi.ComponentResource):
-    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs, api_key: pulumi.Input[str] | None,
-                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
-        super().__init__("gpuhosts:service:InferenceService", name, None, opts)
-        self.command = step_command(step, connection, self, depends_on or [], stdin=api_key)
-        self.register_outputs({"stdout": self.command.stdout})

@@ -2,29 +2,40 @@
 
 from __future__ import annotations
 
-import pulumi
-from pulumi_command import remote
-
-from components._command import step_command
 from gpuhosts.config import ContainerConfig, StackConfig
-from gpuhosts.render import HostFile, Step, render
+from gpuhosts.facts import Fact, desired, file_fact, render_probe, systemd_fact
+from gpuhosts.render import HostFile, render
+from gpuhosts.units import Unit
 
 UVM_UNIT = "gpuhosts-nvidia-uvm.service"
+UVM_AT_BOOT = "nvidia-uvm-at-boot"
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
-def plan_uvm_at_boot(config: StackConfig) -> Step:
+def devices_key(vmid: int) -> str:
+    return f"ct{vmid}-gpu-devices"
+
+
+def plan_uvm_at_boot(config: StackConfig, needs: tuple[str, ...]) -> Unit:
     unit_file = HostFile(f"/etc/systemd/system/{UVM_UNIT}", render("lxc_gpu_passthrough/nvidia-uvm.service.j2"))
-    values = dict(unit="nvidia-uvm-at-boot", uvm_unit=unit_file, uvm_unit_name=UVM_UNIT)
-    return Step(
-        name=f"{config.host.name}-nvidia-uvm-at-boot",
-        create=render("lxc_gpu_passthrough/uvm-ensure.sh.j2", **values),
-        delete=render("lxc_gpu_passthrough/uvm-teardown.sh.j2", **values),
+    values = dict(unit=UVM_AT_BOOT, uvm_unit=unit_file, uvm_unit_name=UVM_UNIT)
+    facts = [file_fact(unit_file), systemd_fact(UVM_UNIT),
+             *(Fact(f"node {node}", f"[ -e \"$root{node}\" ] && echo present || echo missing", "present")
+               for node in CONTROL_NODES[1:])]
+    return Unit(
+        key=UVM_AT_BOOT,
+        kind="LxcGpuPassthrough",
+        ensure=render("lxc_gpu_passthrough/uvm-ensure.sh.j2", **values),
+        teardown=render("lxc_gpu_passthrough/uvm-teardown.sh.j2", **values),
+        probe=render_probe(UVM_AT_BOOT, facts),
+        desired=desired(facts),
+        needs=needs,
         files=(unit_file,),
     )
 
 
-def plan_container_devices(config: StackConfig, container: ContainerConfig) -> Step:
-    unit = f"ct{container.vmid}-gpu-devices"
+def plan_container_devices(config: StackConfig, container: ContainerConfig, needs: tuple[str, ...]) -> Unit:
+    unit = devices_key(container.vmid)
     values = dict(
         unit=unit,
         vmid=container.vmid,
@@ -32,19 +43,17 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig) -> S
         allow_restart=container.allow_restart,
         gpus=[gpu.address for gpu in config.container_gpus(container.vmid)],
     )
-    return Step(
-        name=f"{config.host.name}-{unit}",
-        create=render("lxc_gpu_passthrough/devices-ensure.sh.j2", **values),
-        delete=render("lxc_gpu_passthrough/devices-teardown.sh.j2", **values),
+    # The GPU's node is named by its minor, which only the host's driver knows; the fact names the GPU.
+    facts = [Fact(f"device {gpu.address}", f"container_device_of_gpu {gpu.address}", "passed")
+             for gpu in config.container_gpus(container.vmid)]
+    facts += [Fact(f"device {node}", f"container_device {node}", "passed") for node in CONTROL_NODES]
+    prelude = render("lxc_gpu_passthrough/probe-helpers.sh.j2", **values)
+    return Unit(
+        key=unit,
+        kind="LxcGpuPassthrough",
+        ensure=render("lxc_gpu_passthrough/devices-ensure.sh.j2", **values),
+        teardown=render("lxc_gpu_passthrough/devices-teardown.sh.j2", **values),
+        probe=render_probe(unit, facts, prelude=prelude),
+        desired=desired(facts),
+        needs=needs,
     )
-
-
-class LxcGpuPassthrough(pulumi.ComponentResource):
-    """One per host: the boot-time uvm unit, then one command per container that receives GPUs."""
-
-    def __init__(self, name: str, uvm: Step, containers: dict[int, Step], connection: remote.ConnectionArgs,
-                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
-        super().__init__("gpuhosts:host:LxcGpuPassthrough", name, None, opts)
-        self.uvm = step_command(uvm, connection, self, depends_on or [])
-        self.containers = {vmid: step_command(step, connection, self, [self.uvm]) for vmid, step in containers.items()}
-        self.register_outputs({"containers": sorted(self.containers)})

@@ -12,19 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pulumi
-from pulumi_command import remote
-
-from components._command import step_command
 from components.drafter_config import target_layer_ids
 from components.inference_service import SERVICE_ROOT
-from components.python_env import in_container
+from components.python_env import UV_HOME, UV_VERSION, in_container, probe_in
 from gpuhosts.compat import model_facts
 from gpuhosts.config import ContainerConfig
-from gpuhosts.render import Step, render
+from gpuhosts.facts import Fact, desired
+from gpuhosts.render import render
 from gpuhosts.services import DrafterSpec, ModelSpec, ServiceConfig, SpecMethod, WeightsOn
+from gpuhosts.units import Unit
 
 HF_TOKEN = "hfToken"
+# The downloads' own `hf`: an environment of theirs, so that a download waits for no engine environment.
+DOWNLOAD_TOOLS = f"{SERVICE_ROOT}/downloads"
+# huggingface_hub's `hf download --revision --local-dir` (the CLI that replaced huggingface-cli).
+HF_REQUIREMENT = "huggingface_hub==0.36.0"
+TOOLS_PYTHON = "3.12"
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,13 @@ class Download:
     store: str | None
     check: dict[str, Any]
     path: str = ""
+    # With weightsOn: host, where the weights lie on the host (under the container's modelStore.hostPath); the
+    # download then runs on the host and waits for nothing in the container.
+    host_path: str | None = None
 
     @property
     def directory(self) -> str:
-        return self.path or self.spec.path
+        return self.host_path or self.path or self.spec.path
 
     @property
     def gated(self) -> bool:
@@ -72,60 +78,66 @@ def downloads_for(container: ContainerConfig, services: list[ServiceConfig]) -> 
         for spec in (service.model, service.speculative.drafter):
             if spec is None:
                 continue
-            store = container.model_store.path if service.weights_on is WeightsOn.HOST and container.model_store else None
+            store = container.model_store if service.weights_on is WeightsOn.HOST else None
+            host_path = None if store is None else store.host_path + spec.path[len(store.path):]
             known = found.get(spec.path)
             if known is None:
-                found[spec.path] = Download(spec, (service.name,), service.name, store, _check(service, spec))
+                found[spec.path] = Download(spec, (service.name,), service.name, None, _check(service, spec),
+                                            host_path=host_path)
             else:
                 found[spec.path] = Download(known.spec, known.services + (service.name,), known.env, known.store,
-                                            {**known.check, **_check(service, spec)})
+                                            {**known.check, **_check(service, spec)}, host_path=known.host_path)
     return list(found.values())
 
 
 def download_slug(download: Download) -> str:
-    return download.directory.rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-").replace(".", "-")
+    return (download.path or download.spec.path).rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-").replace(".", "-")
 
 
-def plan_model_download(host: str, vmid: int | None, download: Download) -> Step:
+def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, ...]) -> Unit:
     spec = download.spec
     unit = (f"ct{vmid}-" if vmid is not None else "") + f"model-{download_slug(download)}"
-    venv = f"{SERVICE_ROOT}/{download.env}/venv"
+    if download.host_path is not None:
+        vmid = None  # on the host's model store, from the host's side
+    venv = f"{DOWNLOAD_TOOLS}/venv"
     secret = HF_TOKEN if download.gated else None
     values = dict(unit=unit, vmid=vmid, repo=spec.repo, revision=spec.revision, local_dir=download.directory,
                   hf=f"{venv}/bin/hf", python=f"{venv}/bin/python", secret=secret, store=download.store,
-                  check=download.check, delete=spec.delete_on_destroy)
-    return Step(
-        name=f"{host}-{unit}",
-        create=in_container(unit, vmid, render("container_services/model-download.sh.j2", **values), secret=secret),
-        delete=in_container(unit, vmid, render("container_services/model-download-teardown.sh.j2", **values),
-                            teardown=True),
+                  check=download.check, delete=spec.delete_on_destroy, uv_version=UV_VERSION, uv_home=UV_HOME,
+                  tools=DOWNLOAD_TOOLS, hf_requirement=HF_REQUIREMENT, python_version=TOOLS_PYTHON,
+                  envs_root=SERVICE_ROOT)
+    marker = f"{download.directory}/.gpuhosts-download"
+    facts = [Fact(f"weights {download.directory}", f'cat "$root{marker}" || echo missing',
+                  f"{spec.repo}@{spec.revision}")]
+    return Unit(
+        key=unit,
+        kind="ModelDownload",
+        ensure=in_container(unit, vmid, render("container_services/model-download.sh.j2", **values), secret=secret),
+        teardown=in_container(unit, vmid, render("container_services/model-download-teardown.sh.j2", **values),
+                              teardown=True),
+        probe=probe_in(unit, vmid, facts),
+        desired=desired(facts),
+        needs=needs,
         stdin_secret=secret,
     )
 
 
-def plan_model_store(host: str, container: ContainerConfig) -> Step:
+def model_store_key(vmid: int) -> str:
+    return f"ct{vmid}-model-store"
+
+
+def plan_model_store(container: ContainerConfig, needs: tuple[str, ...]) -> Unit:
     store = container.model_store
-    unit = f"ct{container.vmid}-model-store"
+    unit = model_store_key(container.vmid)
     values = dict(unit=unit, vmid=container.vmid, allow_restart=container.allow_restart, host_path=store.host_path,
                   path=store.path)
-    return Step(
-        name=f"{host}-{unit}",
-        create=render("container_services/model-store.sh.j2", **values),
-        delete=render("container_services/model-store-teardown.sh.j2", **values),
+    facts = [Fact(f"mount {store.path}", "model_store_mount", f"{store.host_path} at {store.path}")]
+    return Unit(
+        key=unit,
+        kind="ModelStore",
+        ensure=render("container_services/model-store.sh.j2", **values),
+        teardown=render("container_services/model-store-teardown.sh.j2", **values),
+        probe=probe_in(unit, None, facts, prelude=render("container_services/model-store-probe.sh.j2", **values)),
+        desired=desired(facts),
+        needs=needs,
     )
-
-
-class ModelDownload(pulumi.ComponentResource):
-    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs, token: pulumi.Input[str] | None,
-                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
-        super().__init__("gpuhosts:service:ModelDownload", name, None, opts)
-        self.command = step_command(step, connection, self, depends_on or [], stdin=token)
-        self.register_outputs({"stdout": self.command.stdout})
-
-
-class ModelStore(pulumi.ComponentResource):
-    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs,
-                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
-        super().__init__("gpuhosts:service:ModelStore", name, None, opts)
-        self.command = step_command(step, connection, self, depends_on or [])
-        self.register_outputs({"stdout": self.command.stdout})

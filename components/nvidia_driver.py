@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import pulumi
-from pulumi_command import remote
-
-from components._command import reboot_required, step_command
 from gpuhosts.config import StackConfig
-from gpuhosts.render import HostFile, Step, render
+from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_fact
+from gpuhosts.render import HostFile, render
+from gpuhosts.units import Unit
 
 UNIT = "nvidia-driver"
 PERSISTENCED_UNIT = "gpuhosts-nvidia-persistenced.service"
@@ -23,22 +21,29 @@ def render_files(config: StackConfig) -> dict[str, HostFile]:
     }
 
 
-def plan_nvidia_driver(config: StackConfig) -> Step:
+def driver_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
+    version = config.nvidia.version
+    return [
+        *files_facts(files.values()),
+        Fact("installed user space", "userspace_version", version),
+        # Until a reboot finishes an upgrade the old module stays loaded; the preview shows that as drift.
+        Fact("loaded module", "module_version", version),
+        systemd_fact(PERSISTENCED_UNIT),
+    ]
+
+
+def plan_nvidia_driver(config: StackConfig, needs: tuple[str, ...]) -> Unit:
     files = render_files(config)
     values = dict(unit=UNIT, nvidia=config.nvidia, persistenced_unit_name=PERSISTENCED_UNIT,
                   nvidia_gpus=[gpu.address for gpu in config.nvidia_gpus], **files)
-    return Step(
-        name=f"{config.host.name}-{UNIT}",
-        create=render("nvidia_driver/ensure.sh.j2", **values),
-        delete=render("nvidia_driver/teardown.sh.j2", **values),
+    facts = driver_facts(config, files)
+    return Unit(
+        key=UNIT,
+        kind="NvidiaDriver",
+        ensure=render("nvidia_driver/ensure.sh.j2", **values),
+        teardown=render("nvidia_driver/teardown.sh.j2", **values),
+        probe=render_probe(UNIT, facts),
+        desired=desired(facts),
+        needs=needs,
         files=tuple(files.values()),
     )
-
-
-class NvidiaDriver(pulumi.ComponentResource):
-    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs,
-                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
-        super().__init__("gpuhosts:host:NvidiaDriver", name, None, opts)
-        self.command = step_command(step, connection, self, depends_on or [])
-        self.reboot_required = reboot_required(self.command)
-        self.register_outputs({"rebootRequired": self.reboot_required})

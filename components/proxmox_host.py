@@ -1,56 +1,40 @@
-"""ProxmoxHost: the parent of a Proxmox VE host's GPU units, and the pure plan of that host."""
+"""ProxmoxHost: the parent of a Proxmox VE host's units, and the pure plan of that host as a unit graph."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pulumi
 
-from components._command import connection_args
-from components.container_services import ContainerServices, ContainerServicesPlan, plan_container_services
-from components.container_userspace import ContainerUserspace, plan_container_userspace
-from components.host_reboot import HostReboot, plan_host_reboot
-from components.lxc_gpu_passthrough import LxcGpuPassthrough, plan_container_devices, plan_uvm_at_boot
-from components.nvidia_driver import NvidiaDriver, plan_nvidia_driver
-from components.vfio_binding import VfioBinding, plan_vfio_binding
+from components.container_services import plan_container_services
+from components.container_userspace import plan_container_userspace
+from components.host_reboot import plan_host_reboot
+from components.host_units import materialize, target_of
+from components.lxc_gpu_passthrough import UVM_AT_BOOT, devices_key, plan_container_devices, plan_uvm_at_boot
+from components.nvidia_driver import UNIT as DRIVER, plan_nvidia_driver
+from components.vfio_binding import UNIT as VFIO, plan_vfio_binding
 from gpuhosts.config import GpuUse, StackConfig
-from gpuhosts.render import Step
+from gpuhosts.units import Unit, UnitGraph
 
 
-@dataclass(frozen=True)
-class HostPlan:
-    """Everything one host receives, in apply order; the components and the offline plan both read it."""
-
-    driver: Step | None
-    vfio: Step
-    reboot: tuple[Step, Step] | None
-    uvm: Step | None
-    container_devices: dict[int, Step]
-    container_userspace: dict[int, Step]
-    container_services: dict[int, ContainerServicesPlan]
-
-    @property
-    def steps(self) -> list[Step]:
-        ordered: list[Step | None] = [self.vfio, self.driver, *(self.reboot or ()), self.uvm]
-        for vmid in sorted(self.container_devices):
-            ordered += [self.container_devices[vmid], self.container_userspace[vmid]]
-            if vmid in self.container_services:
-                ordered += self.container_services[vmid].steps
-        return [step for step in ordered if step is not None]
-
-
-def plan_host(config: StackConfig) -> HostPlan:
-    needs_driver = bool(config.nvidia_gpus)
+def plan_host(config: StackConfig) -> UnitGraph:
+    """Every unit the host receives and what each needs; the components and the offline plan both read it."""
+    # vfio first: it frees the GPUs meant for nvidia, and the driver's installer loads its module only when there
+    # is a GPU left for it to take.
+    units: list[Unit] = [plan_vfio_binding(config)]
+    gpu_ready = VFIO
+    if config.nvidia_gpus:
+        units.append(plan_nvidia_driver(config, (VFIO,)))
+        gpu_ready = DRIVER
+    if config.host.allow_reboot:
+        units.append(plan_host_reboot(config, tuple(u.key for u in units)))
+        gpu_ready = units[-1].key
     containers = [c for c in config.containers if config.container_gpus(c.vmid)]
-    return HostPlan(
-        driver=plan_nvidia_driver(config) if needs_driver else None,
-        vfio=plan_vfio_binding(config),
-        reboot=plan_host_reboot(config) if config.host.allow_reboot else None,
-        uvm=plan_uvm_at_boot(config) if containers else None,
-        container_devices={c.vmid: plan_container_devices(config, c) for c in containers},
-        container_userspace={c.vmid: plan_container_userspace(config, c) for c in containers},
-        container_services={c.vmid: plan for c in containers if (plan := plan_container_services(config, c))},
-    )
+    if containers:
+        units.append(plan_uvm_at_boot(config, (gpu_ready,)))
+    for container in containers:
+        units.append(plan_container_devices(config, container, (UVM_AT_BOOT,)))
+        units.append(plan_container_userspace(config, container, (devices_key(container.vmid),)))
+        units += plan_container_services(config, container)
+    return UnitGraph(units)
 
 
 def summarize_host(config: StackConfig) -> dict:
@@ -120,44 +104,16 @@ def summarize_service(service, config: StackConfig) -> dict:
 
 
 class ProxmoxHost(pulumi.ComponentResource):
-    def __init__(self, config: StackConfig, private_key: pulumi.Input[str],
-                 secrets: dict[str, pulumi.Input[str]] | None = None, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, config: StackConfig, secrets: dict[str, pulumi.Input[str]] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         name = config.host.name
         super().__init__("gpuhosts:host:ProxmoxHost", name, None, opts)
-        plan = plan_host(config)
-        connection = connection_args(config.host, private_key)
-        child = pulumi.ResourceOptions(parent=self)
-
-        # vfio first: it frees the GPUs meant for nvidia, and the driver's installer loads its module only when
-        # there is a GPU left for it to take.
-        self.vfio = VfioBinding(f"{name}-vfio-binding", plan.vfio, connection, child)
-        reboot_sources = [self.vfio.reboot_required]
-        gate: pulumi.Resource = self.vfio.command
-        self.driver = None
-        if plan.driver is not None:
-            self.driver = NvidiaDriver(f"{name}-nvidia-driver", plan.driver, connection, child, depends_on=[gate])
-            reboot_sources.append(self.driver.reboot_required)
-            gate = self.driver.command
-
-        if plan.reboot is not None:
-            reboot = HostReboot(f"{name}-reboot", plan.reboot, config, private_key,
-                                triggers=[s.digest for s in (plan.vfio, plan.driver) if s is not None],
-                                opts=child, depends_on=[gate])
-            gate = reboot.wait
-
-        self.containers: dict[int, ContainerUserspace] = {}
-        if plan.uvm is not None:
-            passthrough = LxcGpuPassthrough(f"{name}-lxc-gpu-passthrough", plan.uvm, plan.container_devices, connection,
-                                            child, depends_on=[gate])
-            for vmid, step in plan.container_userspace.items():
-                self.containers[vmid] = ContainerUserspace(f"{name}-ct{vmid}-userspace", step, connection, child,
-                                                           depends_on=[passthrough.containers[vmid]])
-
-        gates: dict[str, pulumi.Output] = {}
-        for vmid, services in plan.container_services.items():
-            unit = ContainerServices(f"{name}-ct{vmid}-services", services, connection, secrets or {}, child,
-                                     depends_on=[self.containers[vmid].command])
-            gates.update(unit.results)
+        graph = plan_host(config)
+        self.units = materialize(graph, self, target_of(config.host.ssh, name), secrets or {})
+        self.reboot_required = pulumi.Output.all(*(u.rebootRequired for u in self.units.values())).apply(
+            lambda flags: any(bool(flag) for flag in flags))
+        gates = {s.name: self.units[f"ct{s.container}-gate-{s.name}"].report
+                 for s in config.services if f"ct{s.container}-gate-{s.name}" in self.units}
         # Per service: where it listens and, for a running one, what its deploy gate measured.
         self.service_outputs = {
             service.name: {
@@ -166,6 +122,4 @@ class ProxmoxHost(pulumi.ComponentResource):
             }
             for service in config.services
         }
-
-        self.reboot_required = pulumi.Output.all(*reboot_sources).apply(any)
         self.register_outputs({"rebootRequired": self.reboot_required, "services": self.service_outputs})

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pulumi
-from pulumi_command import remote
-
-from components._command import step_command
 from components.inference_service import SERVICE_ROOT
-from gpuhosts.render import Step, render
+from gpuhosts.facts import Fact, desired, render_probe
+from gpuhosts.render import render
 from gpuhosts.services import ServiceConfig
+from gpuhosts.units import Unit
 
 UV_VERSION = "0.13.9"
 UV_HOME = f"{SERVICE_ROOT}/.uv"
@@ -74,23 +72,38 @@ def in_container(unit: str, vmid: int | None, inner: str, *, secret: str | None 
                   secret=secret, teardown=teardown)
 
 
-def plan_env(host: str, unit: str, env: EnvSpec, vmid: int | None) -> Step:
+def env_facts(env: EnvSpec) -> list[Fact]:
+    # The requirement marker is written after a complete install and removed before a new one starts.
+    marker = f"{env.venv}/.gpuhosts-requirement"
+    facts = [Fact(f"environment {env.venv}",
+                  f'[ -x "$root{env.venv}/bin/python" ] && cat "$root{marker}" || echo missing', env.requirement)]
+    if env.checkout_url:
+        facts.append(Fact(f"checkout {env.checkout}", f'cat "$root{env.checkout}/.gpuhosts-ref" || echo missing',
+                          env.checkout_ref))
+    return facts
+
+
+def plan_env(unit: str, env: EnvSpec, vmid: int | None, needs: tuple[str, ...], kind: str = "PythonEnv") -> Unit:
     values = dict(unit=unit, vmid=vmid, env=env, uv_version=UV_VERSION, uv_home=UV_HOME, envs_root=SERVICE_ROOT)
-    return Step(
-        name=f"{host}-{unit}",
-        create=in_container(unit, vmid, render("container_services/python-env.sh.j2", **values)),
-        delete=in_container(unit, vmid, render("container_services/python-env-teardown.sh.j2", **values),
-                            teardown=True),
+    facts = env_facts(env)
+    return Unit(
+        key=unit,
+        kind=kind,
+        ensure=in_container(unit, vmid, render("container_services/python-env.sh.j2", **values)),
+        teardown=in_container(unit, vmid, render("container_services/python-env-teardown.sh.j2", **values),
+                              teardown=True),
+        probe=probe_in(unit, vmid, facts),
+        desired=desired(facts),
+        needs=needs,
     )
 
 
-def plan_python_env(host: str, service: ServiceConfig) -> Step:
-    return plan_env(host, f"ct{service.container}-env-{service.name}", service_env(service), service.container)
+def probe_in(unit: str, vmid: int | None, facts: list[Fact], host_facts: list[Fact] = (), prelude: str = "") -> str:
+    """A probe whose facts are observed where the unit acts: inside container `vmid`, or on the node itself."""
+    if vmid is None:
+        return render_probe(unit, [*host_facts, *facts], prelude=prelude)
+    return render_probe(unit, list(host_facts), vmid=vmid, container_facts=facts, container_prelude=prelude)
 
 
-class PythonEnv(pulumi.ComponentResource):
-    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs,
-                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
-        super().__init__("gpuhosts:service:PythonEnv", name, None, opts)
-        self.command = step_command(step, connection, self, depends_on or [])
-        self.register_outputs({"stdout": self.command.stdout})
+def plan_python_env(service: ServiceConfig, needs: tuple[str, ...]) -> Unit:
+    return plan_env(f"ct{service.container}-env-{service.name}", service_env(service), service.container, needs)

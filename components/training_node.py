@@ -13,16 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pulumi
-from pulumi_command import remote
 
-from components._command import connection_args, step_command
 from components import hidden_state_check
+from components.host_units import materialize, target_of
 from components.inference_service import exec_start, systemd_word
-from components.model_download import HF_TOKEN, Download, plan_model_download
+from components.model_download import Download, plan_model_download
 from components.python_env import SERVICE_ROOT, EnvSpec, plan_env
 from gpuhosts.compat import model_facts
-from gpuhosts.render import HostFile, Step, render
+from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_fact
+from gpuhosts.render import HostFile, render
 from gpuhosts.training import LayerIds, TrainerStack, layer_ids
+from gpuhosts.units import Unit, UnitGraph
 
 SPECULATORS_REPOSITORY = "https://github.com/vllm-project/speculators"
 VLLM_REPOSITORY = "https://github.com/vllm-project/vllm"
@@ -49,28 +50,27 @@ def _package_env(name: str, package: str, spec, repository: str, python: str, *,
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    """Everything the node receives, in apply order; the component and the offline plan both read it."""
+    """Everything the node receives as a unit graph; the component and the offline plan both read it."""
 
-    preflight: Step
-    envs: dict[str, Step]
-    downloads: dict[str, Step]
-    dataset: Step
-    server: Step
-    check: Step
-    job: Step
-    monitor: Step
+    graph: UnitGraph
     ids: LayerIds
     summary: dict
 
-    @property
-    def steps(self) -> list[Step]:
-        return [self.preflight, *self.envs.values(), *self.downloads.values(), self.dataset, self.server, self.check,
-                self.job, self.monitor]
+
+def _service_unit(key: str, kind: str, unit_name: str, files: list[HostFile], ensure: str, teardown: str,
+                  needs: tuple[str, ...], stdin_secret: str | None = None) -> Unit:
+    facts = [*files_facts(files), systemd_fact(unit_name)]
+    return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, facts),
+                desired=desired(facts), needs=needs, files=tuple(files), stdin_secret=stdin_secret)
+
+
+def _check_unit(key: str, kind: str, ensure: str, teardown: str, needs: tuple[str, ...]) -> Unit:
+    # A check only measures: nothing of its own on the node can drift.
+    return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, []), needs=needs)
 
 
 def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     node, training = stack.node, stack.training
-    host = node.name
     verifier_dir, drafter_dir = stack.model_dir(training.verifier), stack.model_dir(training.drafter)
     verifier_facts = model_facts(training.verifier.repo)
     num_verifier_layers = training.verifier.num_layers or verifier_facts.num_layers
@@ -86,7 +86,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         "monitor": EnvSpec(name="monitor", requirement=f"flask=={FLASK_VERSION}", package="flask",
                            release=FLASK_VERSION, from_git=False, python=training.python, needs_hf=False),
     }
-    env_steps = {name: plan_env(host, f"env-{name}", env, None) for name, env in envs.items()}
+    env_steps = {name: plan_env(f"env-{name}", env, None, ("preflight",)) for name, env in envs.items()}
     speculators, vllm_env = envs["speculators"], envs["vllm"]
 
     verifier_check = {"num_layers": num_verifier_layers}
@@ -95,23 +95,34 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         "verifier": Download(training.verifier, ("training",), "speculators", None, verifier_check, verifier_dir),
         "drafter": Download(training.drafter, ("training",), "speculators", None, drafter_check, drafter_dir),
     }
-    download_steps = {name: plan_model_download(host, None, d) for name, d in downloads.items()}
+    # A download needs only the node's pre-flight: it brings its own `hf`.
+    download_steps = {name: plan_model_download(None, d, ("preflight",)) for name, d in downloads.items()}
 
     dataset_dir = stack.dataset_dir
-    dataset = Step(name=f"{host}-dataset-{training.dataset.name}",
-                   create=render("training_node/dataset-stage.sh.j2", unit=f"dataset-{training.dataset.name}",
+    dataset_key = f"dataset-{training.dataset.name}"
+    manifest = f"{dataset_dir}/SHA256SUMS"
+    dataset_facts = [
+        Fact(f"manifest {manifest}", f'sha256sum <"$root{manifest}" | cut -d" " -f1 || echo missing',
+             training.dataset.manifest_sha256),
+        # Presence only: hashing a data set of this size is the ensure's work, not a probe's.
+        Fact(f"files of {manifest}", f'dataset_files_state "$root{dataset_dir}"', "all present"),
+    ]
+    dataset = Unit(key=dataset_key, kind="DatasetStage",
+                   ensure=render("training_node/dataset-stage.sh.j2", unit=dataset_key,
                                  dataset=training.dataset, target=dataset_dir),
-                   delete=render("training_node/dataset-teardown.sh.j2", unit=f"dataset-{training.dataset.name}",
-                                 dataset=training.dataset, target=dataset_dir))
+                   teardown=render("training_node/dataset-teardown.sh.j2", unit=dataset_key,
+                                   dataset=training.dataset, target=dataset_dir),
+                   probe=render_probe(dataset_key, dataset_facts, prelude=render("training_node/dataset-probe.sh.j2")),
+                   desired=desired(dataset_facts), needs=("preflight",))
 
     storage = node.storage
     need_gb = int((training.verifier.size_gb or verifier_facts.size_gb or 60)
                   + (training.drafter.size_gb or model_facts(training.drafter.repo).size_gb or 5)
                   + training.dataset.size_gb + training.checkpoints_reserve_gb + 0.999)
-    preflight = Step(name=f"{host}-preflight",
-                     create=render("training_node/preflight.sh.j2", unit="preflight", node=node, need_gb=need_gb,
+    preflight = _check_unit("preflight", "Preflight",
+                            render("training_node/preflight.sh.j2", unit="preflight", node=node, need_gb=need_gb,
                                    present_dirs=[verifier_dir, drafter_dir, dataset_dir, stack.checkpoints]),
-                     delete=render("training_node/preflight-teardown.sh.j2", unit="preflight"))
+                            render("training_node/preflight-teardown.sh.j2", unit="preflight"), ())
 
     # --- the hidden-state server --------------------------------------------------------------------------------
     server = training.server
@@ -136,24 +147,25 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         exec_start=exec_start(server_argv)))
     check_script = HostFile(CHECK_SCRIPT, render("training_node/check-hidden-states.py.j2", path=CHECK_SCRIPT,
                                                  source=Path(hidden_state_check.__file__).read_text().rstrip("\n")), "0755")
-    server_step = Step(
-        name=f"{host}-hidden-state-server",
-        create=render("training_node/unit.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
+    server_step = _service_unit(
+        "hidden-state-server", "HiddenStateServer", SERVER_UNIT, [server_unit, check_script],
+        render("training_node/unit.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
                       summary=f"The hidden-state server on GPUs {list(server.gpus)}.", files=[server_unit, check_script],
                       needs=[f"{speculators.checkout}/scripts/launch_vllm.py", f"{verifier_dir}/.gpuhosts-download"],
                       secret_file=None),
-        delete=render("training_node/unit-teardown.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
-                      keeps="the hidden states it cached are the training's to delete.",
-                      remove=[server_unit.path, check_script.path], delete_dirs=[]),
-        files=(server_unit, check_script))
+        render("training_node/unit-teardown.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
+               keeps="the hidden states it cached are the training's to delete.",
+               remove=[server_unit.path, check_script.path], delete_dirs=[]),
+        ("env-vllm", "env-speculators", download_steps["verifier"].key))
 
     probe = dict(server_url=server_url, states_dir=states_dir, ready_timeout_s=READY_TIMEOUT_S,
                  python=f"{vllm_env.venv}/bin/python", check_script=CHECK_SCRIPT,
                  probe_request=json.dumps({"model": verifier_dir, "prompt": PROBE_PROMPT, "max_tokens": 1}))
-    check = Step(name=f"{host}-hidden-state-check",
-                 create=render("training_node/hidden-state-check.sh.j2", unit="hidden-state-check",
+    check = _check_unit("hidden-state-check", "HiddenStateCheck",
+                        render("training_node/hidden-state-check.sh.j2", unit="hidden-state-check",
                                server_digest=server_step.digest, **probe),
-                 delete=render("training_node/preflight-teardown.sh.j2", unit="hidden-state-check"))
+                        render("training_node/preflight-teardown.sh.j2", unit="hidden-state-check"),
+                        (server_step.key,))
 
     # --- the training job -------------------------------------------------------------------------------------
     hyper = training.hyper
@@ -178,17 +190,17 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         "training_node/training.service.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
         server_unit=SERVER_UNIT, workdir=save, script=script_path, log=log))
     delete_dirs = [save] if training.delete_checkpoints_on_destroy else []
-    job = Step(
-        name=f"{host}-dflash-training",
-        create=render("training_node/unit.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
+    job = _service_unit(
+        "dflash-training", "TrainingJob", TRAINING_UNIT, [script, job_unit],
+        render("training_node/unit.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
                       summary=f"torchrun on GPUs {list(training.training_gpus)}; checkpoints in {save}.",
                       files=[script, job_unit], needs=[f"{dataset_dir}/SHA256SUMS", f"{drafter_dir}/.gpuhosts-download"],
                       secret_file=None, make_dirs=[save]),
-        delete=render("training_node/unit-teardown.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
-                      keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
-                      remove=[job_unit.path, script.path], delete_dirs=delete_dirs,
-                      empty_dirs=[script_path.rsplit("/", 1)[0], SERVICE_ROOT]),
-        files=(script, job_unit))
+        render("training_node/unit-teardown.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
+               keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
+               remove=[job_unit.path, script.path], delete_dirs=delete_dirs,
+               empty_dirs=[script_path.rsplit("/", 1)[0], SERVICE_ROOT]),
+        (check.key, dataset.key, download_steps["drafter"].key, "env-speculators"))
 
     # --- the monitor ------------------------------------------------------------------------------------------
     monitor = training.monitor
@@ -204,18 +216,18 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     monitor_unit = HostFile(f"/etc/systemd/system/{MONITOR_UNIT}", render(
         "training_node/monitor.service.j2", bind=monitor.bind, port=monitor.port, token_file=token_file,
         workdir=app_dir, exec_start=exec_start(monitor_argv)))
-    monitor_step = Step(
-        name=f"{host}-training-monitor",
-        create=render("training_node/unit.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,
+    monitor_step = _service_unit(
+        "training-monitor", "TrainingMonitor", MONITOR_UNIT, [*app_files, monitor_unit],
+        render("training_node/unit.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,
                       summary=f"The monitoring web UI on {monitor.bind}:{monitor.port}.",
                       files=[*app_files, monitor_unit], needs=[f"{envs['monitor'].venv}/bin/python"],
                       secret_file=token_file),
-        delete=render("training_node/unit-teardown.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,
-                      keeps="it only reads the training.", remove=[monitor_unit.path, *(f.path for f in app_files),
-                                                                 *([token_file] if token_file else [])],
-                      delete_dirs=[], empty_dirs=["/etc/gpuhosts"]),
-        files=(*app_files, monitor_unit),
-        stdin_secret=monitor.token_secret)
+        render("training_node/unit-teardown.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,
+               keeps="it only reads the training.", remove=[monitor_unit.path, *(f.path for f in app_files),
+                                                          *([token_file] if token_file else [])],
+               delete_dirs=[], empty_dirs=["/etc/gpuhosts"]),
+        # The monitor only reads the training's log and checkpoints: it waits for its environment alone.
+        ("env-monitor",), stdin_secret=monitor.token_secret)
 
     summary = {
         "driver": node.driver_version,
@@ -237,8 +249,9 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                                               (dataset_dir, training.dataset.delete_on_destroy),
                                               (save, training.delete_checkpoints_on_destroy)) if not delete],
     }
-    return TrainingPlan(preflight=preflight, envs=env_steps, downloads=download_steps, dataset=dataset,
-                        server=server_step, check=check, job=job, monitor=monitor_step, ids=ids, summary=summary)
+    graph = UnitGraph([preflight, *env_steps.values(), *download_steps.values(), dataset, server_step, check, job,
+                       monitor_step])
+    return TrainingPlan(graph=graph, ids=ids, summary=summary)
 
 
 MONITOR_HEADERS = {".py": "# {}", ".html": "<!-- {} -->", ".css": "/* {} */", ".js": "// {}"}
@@ -252,78 +265,14 @@ def _monitor_file(app_dir: str, path: Path) -> HostFile:
     return HostFile(f"{app_dir}/gpuhosts_monitor/{relative}", header + "\n" + path.read_text())
 
 
-# --- components -------------------------------------------------------------------------------------------------
-
-class _NodeUnit(pulumi.ComponentResource):
-    TYPE = ""
-
-    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs, stdin: pulumi.Input[str] | None = None,
-                 opts: pulumi.ResourceOptions | None = None, depends_on: list[pulumi.Resource] | None = None):
-        super().__init__(self.TYPE, name, None, opts)
-        self.command = step_command(step, connection, self, depends_on or [], stdin=stdin)
-        self.register_outputs({"stdout": self.command.stdout})
-
-
-class Preflight(_NodeUnit):
-    TYPE = "gpuhosts:training:Preflight"
-
-
-class TrainingEnv(_NodeUnit):
-    TYPE = "gpuhosts:training:PythonEnv"
-
-
-class TrainingDownload(_NodeUnit):
-    TYPE = "gpuhosts:training:ModelDownload"
-
-
-class DatasetStage(_NodeUnit):
-    TYPE = "gpuhosts:training:DatasetStage"
-
-
-class HiddenStateServer(_NodeUnit):
-    TYPE = "gpuhosts:training:HiddenStateServer"
-
-
-class HiddenStateCheck(_NodeUnit):
-    TYPE = "gpuhosts:training:HiddenStateCheck"
-
-
-class TrainingJob(_NodeUnit):
-    TYPE = "gpuhosts:training:TrainingJob"
-
-
-class TrainingMonitor(_NodeUnit):
-    TYPE = "gpuhosts:training:TrainingMonitor"
-
+# --- the component --------------------------------------------------------------------------------------------
 
 class TrainingNode(pulumi.ComponentResource):
-    def __init__(self, stack: TrainerStack, private_key: pulumi.Input[str], secrets: dict[str, pulumi.Input[str]],
+    def __init__(self, stack: TrainerStack, secrets: dict[str, pulumi.Input[str]],
                  opts: pulumi.ResourceOptions | None = None):
         name = stack.node.name
         super().__init__("gpuhosts:training:TrainingNode", name, None, opts)
         plan = plan_training_node(stack)
-        connection = connection_args(stack.node, private_key)
-        child = pulumi.ResourceOptions(parent=self)
-
-        preflight = Preflight(f"{name}-preflight", plan.preflight, connection, opts=child)
-        envs = {env: TrainingEnv(f"{name}-env-{env}", step, connection, opts=child, depends_on=[preflight.command])
-                for env, step in plan.envs.items()}
-        downloads = {
-            key: TrainingDownload(f"{name}-{key}", step, connection,
-                                  stdin=secrets.get(HF_TOKEN) if step.stdin_secret else None, opts=child,
-                                  depends_on=[envs["speculators"].command])
-            for key, step in plan.downloads.items()}
-        dataset = DatasetStage(f"{name}-dataset", plan.dataset, connection, opts=child, depends_on=[preflight.command])
-        server = HiddenStateServer(f"{name}-hidden-state-server", plan.server, connection, opts=child,
-                                   depends_on=[envs["vllm"].command, envs["speculators"].command,
-                                               downloads["verifier"].command])
-        check = HiddenStateCheck(f"{name}-hidden-state-check", plan.check, connection, opts=child,
-                                 depends_on=[server.command])
-        job = TrainingJob(f"{name}-dflash-training", plan.job, connection, opts=child,
-                          depends_on=[check.command, dataset.command, downloads["drafter"].command])
-        token = stack.training.monitor.token_secret
-        TrainingMonitor(f"{name}-training-monitor", plan.monitor, connection,
-                        stdin=secrets.get(token) if token else None, opts=child,
-                        depends_on=[envs["monitor"].command, job.command])
+        self.units = materialize(plan.graph, self, target_of(stack.node.ssh, name), secrets)
         self.summary = plan.summary
         self.register_outputs({"training": plan.summary})

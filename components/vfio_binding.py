@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import pulumi
-from pulumi_command import remote
+import shlex
 
-from components._command import reboot_required, step_command
 from gpuhosts.config import GpuUse, StackConfig
-from gpuhosts.render import HostFile, Step, render
+from gpuhosts.facts import Fact, desired, files_facts, render_probe
+from gpuhosts.render import HostFile, render
+from gpuhosts.units import Unit
 
 UNIT = "vfio-binding"
 OVERRIDE_SCRIPT = "/usr/local/lib/gpuhosts/vfio-override.sh"
@@ -26,7 +26,20 @@ def render_files(config: StackConfig) -> dict[str, HostFile]:
     }
 
 
-def plan_vfio_binding(config: StackConfig) -> Step:
+def vfio_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
+    facts = files_facts(files.values())
+    for arg in config.host.kernel_args:
+        facts.append(Fact(f"kernel argument {arg}", f"kernel_arg_state {shlex.quote(arg)}", "present"))
+    for gpu in config.gpus_for(GpuUse.VFIO):
+        facts.append(Fact(f"slot {gpu.slot}", f"slot_binding {gpu.slot}", "vfio-pci"))
+    for gpu in config.nvidia_gpus:
+        facts.append(Fact(f"slot {gpu.slot}", f"slot_binding {gpu.slot}", "not vfio-pci"))
+        # A running VM that lists a GPU meant for nvidia is drift that ensure must not repair: it refuses.
+        facts.append(Fact(f"running VM with {gpu.slot}", f"running_vms_with {gpu.slot}", "none"))
+    return facts
+
+
+def plan_vfio_binding(config: StackConfig) -> Unit:
     files = render_files(config)
     values = dict(
         unit=UNIT,
@@ -36,18 +49,13 @@ def plan_vfio_binding(config: StackConfig) -> Step:
         kernel_args=list(config.host.kernel_args),
         **files,
     )
-    return Step(
-        name=f"{config.host.name}-{UNIT}",
-        create=render("vfio_binding/ensure.sh.j2", **values),
-        delete=render("vfio_binding/teardown.sh.j2", **values),
+    facts = vfio_facts(config, files)
+    return Unit(
+        key=UNIT,
+        kind="VfioBinding",
+        ensure=render("vfio_binding/ensure.sh.j2", **values),
+        teardown=render("vfio_binding/teardown.sh.j2", **values),
+        probe=render_probe(UNIT, facts, prelude=render("vfio_binding/probe-helpers.sh.j2", **values)),
+        desired=desired(facts),
         files=tuple(files.values()),
     )
-
-
-class VfioBinding(pulumi.ComponentResource):
-    def __init__(self, name: str, step: Step, connection: remote.ConnectionArgs,
-                 opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpuhosts:host:VfioBinding", name, None, opts)
-        self.command = step_command(step, connection, self)
-        self.reboot_required = reboot_required(self.command)
-        self.register_outputs({"rebootRequired": self.reboot_required})

@@ -24,7 +24,8 @@ SECRET = "[secret]"
 SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
 # Stands in for secrets the CLI would decrypt; it must never reach a plan file.
 SECRET_PLACEHOLDER = "gpuhosts-plan-secret-placeholder"
-COMMAND_TYPES = {"command:remote:Command": "remote", "command:local:Command": "local"}
+HOST_UNIT_TYPE = "pulumi-python:dynamic:Resource"
+SCRIPTS = ("ensure", "teardown", "probe")
 
 
 class PlanError(Exception):
@@ -88,9 +89,21 @@ def _scrub(value: Any) -> Any:
     return value
 
 
-def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_keys: set[str] = frozenset()) -> ProgramRun:
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIGNATURE) is not None:
+            return _unwrap(value.get("value"))
+        return {k: _unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap(v) for v in value]
+    return value
+
+
+def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_keys: set[str] = frozenset(),
+                *, reveal_secrets: bool = False) -> ProgramRun:
     """Run __main__.py under mocks with `values` as the stack's config; `secret_keys` (and sshPrivateKey) are
-    secrets and stay marked secret."""
+    secrets and stay marked secret. With `reveal_secrets` the recorded inputs keep secret values (unwrapped), as
+    the engine holds them: only for a harness that plays the engine, never for a plan file."""
     import pulumi
     from pulumi.runtime import mocks as pulumi_mocks
     from pulumi.runtime import rpc
@@ -115,7 +128,7 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
                     name=request.name,
                     parent=request.parent or None,
                     dependencies=sorted(set(request.dependencies)),
-                    inputs=_scrub(rpc.deserialize_properties(request.object)),
+                    inputs=(_unwrap if reveal_secrets else _scrub)(rpc.deserialize_properties(request.object)),
                 ))
             return response
 
@@ -137,68 +150,53 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
     return run
 
 
-def apply_order(commands: list[Recorded]) -> list[Recorded]:
-    """Commands in dependency order (a parent's dependencies count for its children), ties by name."""
-    by_urn = {r.urn: r for r in commands}
-    remaining = sorted(commands, key=lambda r: r.name)
-    done: set[str] = set()
-    ordered: list[Recorded] = []
-    while remaining:
-        ready = [r for r in remaining if all(d in done or d not in by_urn for d in r.dependencies)]
-        if not ready:
-            raise PlanError("dependency cycle among: " + ", ".join(r.name for r in remaining))
-        ordered.append(ready[0])
-        done.add(ready[0].urn)
-        remaining.remove(ready[0])
-    return ordered
-
-
-def effective_dependencies(resources: list[Recorded]) -> list[Recorded]:
-    """A child waits for whatever its ancestors depend on; resolve that down to the command resources."""
-    by_urn = {r.urn: r for r in resources}
-    children: dict[str, list[str]] = {}
-    for r in resources:
-        if r.parent:
-            children.setdefault(r.parent, []).append(r.urn)
-
-    def leaves(urn: str) -> set[str]:
-        if urn not in by_urn or by_urn[urn].type in COMMAND_TYPES:
-            return {urn}
-        found: set[str] = set()
-        for child in children.get(urn, []):
-            found |= leaves(child)
-        return found
-
-    result = []
-    for r in resources:
-        if r.type not in COMMAND_TYPES:
-            continue
-        deps: set[str] = set()
-        node: str | None = r.urn
-        while node is not None and node in by_urn:
-            for dep in by_urn[node].dependencies:
-                deps |= leaves(dep)
-            node = by_urn[node].parent
-        result.append(Recorded(r.urn, r.type, r.name, r.parent, sorted(deps), r.inputs))
-    return result
-
-
 def is_training_stack(values: dict[str, Any]) -> bool:
     return values.get("node") is not None or values.get("training") is not None
 
 
-def load_stack(values: dict[str, Any], secure: set[str]) -> tuple[str, list, list[str]]:
-    """A stack's host name, its steps in apply order, and its warnings — a Proxmox host or a training node."""
+def load_stack(values: dict[str, Any], secure: set[str]):
+    """A stack's host name, its unit graph, and its warnings — a Proxmox host or a training node."""
     if is_training_stack(values):
         from components.training_node import plan_training_node
         from gpuhosts.training import validate_trainer_stack
 
         trainer = validate_trainer_stack(values, secure)
-        return trainer.node.name, plan_training_node(trainer).steps, list(trainer.warnings)
+        return trainer.node.name, plan_training_node(trainer).graph, list(trainer.warnings)
     from components.proxmox_host import plan_host
 
     config = validate_stack(values, secure)
-    return config.host.name, plan_host(config).steps, config.warnings()
+    return config.host.name, plan_host(config), config.warnings()
+
+
+def check_materialized(graph, resources: list[Recorded]) -> None:
+    """The program registered one host unit per unit of the graph, waiting for exactly what the unit needs."""
+    units = {r.urn: r for r in resources if r.type == HOST_UNIT_TYPE}
+    by_name = {r.name: r for r in units.values()}
+    if set(by_name) != set(graph.units):
+        raise PlanError(f"the program's host units {sorted(by_name)} differ from the plan's {sorted(graph.units)}")
+    for unit in graph:
+        waits = {units[urn].name for urn in by_name[unit.key].dependencies if urn in units}
+        if waits != set(unit.needs):
+            raise PlanError(f"{unit.key} waits for {sorted(waits)} in the program but needs {sorted(unit.needs)}")
+
+
+def _resource_view(r: Recorded) -> dict[str, Any]:
+    """A resource as resources.json shows it: scripts by reference (they are under commands/), not inline."""
+    inputs = dict(r.inputs)
+    if r.type == HOST_UNIT_TYPE:
+        for name in SCRIPTS:
+            if isinstance(inputs.get(name), str):
+                inputs[name] = f"[commands/{r.name}/{name}.sh sha256:{_sha(inputs[name])}]"
+        if isinstance(inputs.get("__provider"), str):
+            inputs["__provider"] = f"[pickled gpuhosts.provider.HostUnitProvider sha256:{_sha(inputs['__provider'])}]"
+    return {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "dependencies": r.dependencies,
+            "inputs": inputs}
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _dump(path: Path, data: Any) -> None:
@@ -209,43 +207,39 @@ def _dump(path: Path, data: Any) -> None:
 def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> dict[str, Any]:
     """Validate, run the program, and write the plan into `out` (replaced whole; untouched on any error)."""
     values, secure, secret_warnings = stand_in_secrets(*read_stack_file(stack_file))
-    host, steps, stack_warnings = load_stack(values, secure)
+    host, graph, stack_warnings = load_stack(values, secure)
     run = run_program(project_root, stack, values, secure)
+    check_materialized(graph, run.resources)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         resources = sorted(run.resources, key=lambda r: r.urn)
-        _dump(staging / "resources.json", [
-            {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "dependencies": r.dependencies,
-             "inputs": r.inputs}
-            for r in resources
-        ])
+        _dump(staging / "resources.json", [_resource_view(r) for r in resources])
 
         host_dir = staging / "hosts" / host
-        for step in steps:
-            for file in step.files:
-                base = host_dir if step.container is None else host_dir / "containers" / str(step.container)
-                target = base / file.path.lstrip("/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(file.content)
-                target.chmod(int(file.mode, 8))
-        stdin_secrets = {step.name: step.stdin_secret for step in steps if step.stdin_secret}
-        ordered = apply_order(effective_dependencies(resources))
-        for index, command in enumerate(ordered, start=1):
-            folder = host_dir / "commands" / f"{index:02d}-{command.name}"
+        for container, file in graph.files():
+            base = host_dir if container is None else host_dir / "containers" / str(container)
+            target = base / file.path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(file.content)
+            target.chmod(int(file.mode, 8))
+        for index, unit in enumerate(graph.apply_order, start=1):
+            folder = host_dir / "commands" / unit.key
             folder.mkdir(parents=True)
-            for operation in ("create", "update", "delete"):
-                text = command.inputs.get(operation)
-                if isinstance(text, str):
-                    (folder / f"{operation}.sh").write_text(text if text.endswith("\n") else text + "\n")
-            _dump(folder / "resource.json", {
-                "type": command.type,
-                "waitsFor": [urn.rsplit("::", 1)[1] for urn in command.dependencies],
-                **{k: v for k, v in command.inputs.items() if k not in ("create", "update", "delete")},
+            for name in SCRIPTS:
+                text = getattr(unit, name)
+                (folder / f"{name}.sh").write_text(text if text.endswith("\n") else text + "\n")
+            _dump(folder / "unit.json", {
+                "kind": unit.kind,
+                "applyOrder": index,
+                "needs": list(unit.needs),
+                "neededBy": graph.needed_by(unit.key),
+                "desired": unit.desired,
                 # Which secret travels on stdin, by name; its value is never in the plan.
-                **({"stdin": f"[secret {NAMESPACE}:{stdin_secrets[command.name]}]"} if command.name in stdin_secrets else {}),
+                "stdin": f"[secret {NAMESPACE}:{unit.stdin_secret}]" if unit.stdin_secret else None,
             })
+        _dump(host_dir / "graph.json", {"waves": graph.waves(), "teardownOrder": [u.key for u in graph.teardown_order]})
 
         desired = run.outputs.get("desired")
         if desired is None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+
+from gpuhosts import protocol
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = PROJECT_ROOT / "templates"
@@ -31,25 +32,6 @@ class HostFile:
             raise ValueError(f"host file path must be absolute: {self.path}")
         if any(line == HEREDOC_END for line in self.content.splitlines()):
             raise ValueError(f"{self.path} contains the line {HEREDOC_END}, which would end its here-document")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One remote command resource: an idempotent ensure script and the teardown that undoes it."""
-
-    name: str
-    create: str
-    delete: str
-    files: tuple[HostFile, ...] = ()
-    depends_on: tuple[str, ...] = field(default=())
-    # Name of the secret stack key the command receives on stdin (never in the script itself).
-    stdin_secret: str | None = None
-    # vmid of the container the files are installed in; None for the host itself.
-    container: int | None = None
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256((self.create + "\0" + self.delete).encode()).hexdigest()[:16]
 
 
 def _quote(value: object) -> str:
@@ -81,6 +63,8 @@ def _environment() -> jinja2.Environment:
     env.filters["q"] = _quote
     env.filters["bash_array"] = _bash_array
     env.globals["install"] = _install_snippet
+    env.globals.update(result_prefix=protocol.RESULT_PREFIX, facts_prefix=protocol.FACTS_PREFIX,
+                       lock_wait_prefix=protocol.LOCK_WAIT_PREFIX, no_change_result=protocol.Result(False).line())
     return env
 
 

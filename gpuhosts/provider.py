@@ -1,0 +1,212 @@
+"""The host-unit provider: a Pulumi dynamic provider whose resources are units on a host, read through their probes.
+
+pulumi-command has no Read (pulumi-command #432), so a host changed by hand would look in sync. A host unit's
+`read` runs the unit's probe and returns the observed facts as the refreshed inputs (`ReadResult(inputs=…)`,
+pulumi SDK ≥ 3.216), so with `refresh: always` the engine's own diff of the program's desired facts against the
+observed ones names the drifted unit and field, and `up` runs that unit's ensure (`update`). `diff` is left to the
+engine (an empty DiffResult answers DIFF_UNKNOWN: sdk/python/lib/pulumi/dynamic/__main__.py `Diff`; the engine
+then compares old and new inputs: pkg/resource/deploy/step_generator.go `diffResource`).
+
+Inputs (`unit_inputs`): the target (no secret), the unit's key and kind, its ensure, teardown and probe scripts,
+the desired facts, and for a unit that receives a secret on stdin its name and a keyed digest (a rotation shows as
+a change; the value never enters inputs, outputs or state). Secrets come from the stack config through
+`configure()`, which the engine calls with every `namespace:key` decrypted (pkg/resource/deploy/target.go
+`GetPackageConfig`). Outputs are the inputs plus `rebootRequired` and `report`: deterministic, no raw output.
+
+Every operation runs through one small command (templates/common/run.sh.j2) that keeps the ownership record of
+the unit on the host: ensure writes the resource id there; teardown runs only while the record names this
+resource, so a rename or replacement (create the new, then delete the old) leaves the host as it is.
+
+The class lives in this importable module and holds no state of its own: dill pickles it by reference, and every
+resource shares one provider instance, one configuration and one connection per host in the provider process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+import uuid
+from typing import Any
+
+from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateResult
+
+from gpuhosts import protocol
+from gpuhosts.render import render
+from gpuhosts.ssh import ConnectionDropped, Pool, SshError, Target, Unreachable
+
+NAMESPACE = "gpuhosts"
+SSH_KEY = f"{NAMESPACE}:sshPrivateKey"
+INPUT_KEYS = ("host", "unit", "kind", "ensure", "teardown", "probe", "facts", "secret")
+# After a reboot the host is dialled again until another boot id answers.
+REBOOT_SETTLE_S = 20.0
+REBOOT_WAIT_S = 900.0
+
+
+class UnitFailed(RuntimeError):
+    """A unit's script failed; the message names the unit and shows the tail of its output, never a secret."""
+
+
+def secret_digest(unit: str, value: str) -> str:
+    """A keyed, truncated digest of a secret: equal values give equal digests per unit, nothing gives the value."""
+    return hashlib.sha256(f"gpuhosts-secret\0{unit}\0{value}".encode()).hexdigest()[:16]
+
+
+def unit_inputs(unit, target: dict[str, Any], secret_digest_value: Any = None) -> dict[str, Any]:
+    """A Unit (gpuhosts.units) as the resource's inputs."""
+    secret = None
+    if unit.stdin_secret is not None:
+        secret = {"name": unit.stdin_secret, "digest": secret_digest_value}
+    return {
+        "host": target, "unit": unit.key, "kind": unit.kind,
+        "ensure": unit.ensure, "teardown": unit.teardown, "probe": unit.probe,
+        "facts": dict(unit.desired), "secret": secret,
+        # Outputs the resource has once applied; declared so that the program can read them.
+        "rebootRequired": None, "report": None,
+    }
+
+
+_POOL = Pool()
+
+
+class HostUnitProvider(ResourceProvider):
+    # The pickled provider holds no secret: secrets reach it through configure().
+    serialize_as_secret_always = False
+
+    def configure(self, req) -> None:
+        global _CONFIG
+        _CONFIG = dict(req.config._props)
+
+    # --- the engine's operations -------------------------------------------------------------------------------
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        resource_id = uuid.uuid4().hex
+        result = self._apply(resource_id, props, "ensure")
+        return CreateResult(resource_id, outs=self._outputs(props, result))
+
+    def update(self, resource_id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        result = self._apply(resource_id, news, "ensure")
+        return UpdateResult(outs=self._outputs(news, result))
+
+    def delete(self, resource_id: str, props: dict[str, Any]) -> None:
+        self._apply(resource_id, props, "teardown")
+
+    def read(self, resource_id: str, props: dict[str, Any]) -> ReadResult:
+        observed = self.observe(props)
+        inputs = {key: props.get(key) for key in INPUT_KEYS}
+        inputs["facts"] = observed
+        inputs.update(rebootRequired=None, report=None)
+        return ReadResult(resource_id, outs={**props, "facts": observed}, inputs=inputs)
+
+    # --- the work ---------------------------------------------------------------------------------------------
+    def observe(self, props: dict[str, Any]) -> dict[str, Any]:
+        started = time.monotonic()
+        completed = self._run(props, "probe", None)
+        _log(f"gpuhosts-unit: {props['unit']} probe status={completed.status} seconds={time.monotonic() - started:.2f}")
+        if completed.status != 0:
+            raise UnitFailed(self._failure(props, "probe", completed))
+        try:
+            return protocol.parse_facts(completed.stdout)
+        except protocol.ProtocolError as error:
+            raise UnitFailed(f"{props['unit']}: probe: {error}\n{protocol.tail(completed.stdout + completed.stderr)}")
+
+    def _apply(self, resource_id: str, props: dict[str, Any], operation: str) -> protocol.Result:
+        started = time.monotonic()
+        completed = self._run(props, operation, resource_id)
+        _log(f"gpuhosts-unit: {props['unit']} {operation} status={completed.status} "
+             f"lock_waits={protocol.lock_waits(completed.stdout)} seconds={time.monotonic() - started:.2f}")
+        if completed.status != 0:
+            raise UnitFailed(self._failure(props, operation, completed))
+        try:
+            result = protocol.parse_result(completed.stdout)
+        except protocol.ProtocolError as error:
+            raise UnitFailed(f"{props['unit']}: {operation}: {error}\n"
+                             f"{protocol.tail(completed.stdout + completed.stderr)}") from None
+        _log(f"gpuhosts-unit: {props['unit']} {operation} changed={str(result.changed).lower()}")
+        reboot = result.report.get("awaitReboot")
+        if reboot:
+            self._await_reboot(props, reboot.get("bootId", ""))
+        return result
+
+    def _run(self, props: dict[str, Any], operation: str, resource_id: str | None):
+        connection = self._connection(props)
+        stdin = b""
+        secret = props.get("secret")
+        if secret and operation == "ensure":
+            value = _config_value(secret["name"])
+            if value is None:
+                raise UnitFailed(f"{props['unit']}: {NAMESPACE}:{secret['name']} is not set; "
+                                 f"pulumi config set --secret {NAMESPACE}:{secret['name']}")
+            stdin = (value + "\n").encode()
+        script = props[operation]
+        command = lambda path: render("common/run.sh.j2", path=path, unit=props["unit"], operation=operation,
+                                      owner=resource_id or "")
+        try:
+            return connection.run_script(script, command, stdin)
+        except ConnectionDropped as error:
+            raise UnitFailed(f"{props['unit']}: {operation}: the connection dropped mid-command ({error}); "
+                             "run `pulumi up` again: every unit converges from where it stopped") from None
+        except Unreachable as error:
+            raise UnitFailed(f"{props['unit']}: {operation}: {error}. If the host is down, `pulumi preview "
+                             "--refresh=false` still plans; a host gone for good: `pulumi destroy "
+                             "--continue-on-error`, then `pulumi stack rm`") from None
+
+    def _connection(self, props: dict[str, Any]):
+        key = _config_value("sshPrivateKey")
+        if not key:
+            raise UnitFailed(f"{props['unit']}: {SSH_KEY} is not set; pulumi config set --secret {SSH_KEY} < KEY")
+        try:
+            return _POOL.get(Target.from_inputs(props["host"]), key)
+        except SshError as error:
+            raise UnitFailed(f"{props['unit']}: {error}") from None
+
+    def _await_reboot(self, props: dict[str, Any], old_boot_id: str) -> None:
+        connection = self._connection(props)
+        connection.close()
+        time.sleep(REBOOT_SETTLE_S)
+        deadline = time.monotonic() + REBOOT_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                answer = connection.exec('cat "${GPUHOSTS_HOST_ROOT:-}/proc/sys/kernel/random/boot_id"')
+                if answer.status == 0 and answer.stdout.strip() not in ("", old_boot_id):
+                    return
+            except SshError:
+                pass
+            connection.close()
+            time.sleep(5)
+        raise UnitFailed(f"{props['unit']}: the host did not come back from its reboot within {REBOOT_WAIT_S:.0f} s")
+
+    def _failure(self, props: dict[str, Any], operation: str, completed) -> str:
+        text = protocol.tail(completed.stdout + completed.stderr)
+        for name, value in _CONFIG.items():
+            if value and isinstance(value, str) and len(value) >= 8 and name != f"{NAMESPACE}:host":
+                if _is_secret_name(name):
+                    text = text.replace(value, "[secret]")
+        return f"{props['unit']}: {operation} exited with status {completed.status}:\n{text}"
+
+    @staticmethod
+    def _outputs(props: dict[str, Any], result: protocol.Result) -> dict[str, Any]:
+        outs = {key: props.get(key) for key in INPUT_KEYS}
+        outs.update(rebootRequired=result.reboot_required, report=result.report or None)
+        return outs
+
+
+_CONFIG: dict[str, Any] = {}
+
+
+def _log(line: str) -> None:
+    # The provider's stderr is the engine's log of it; never a secret here, only unit names and figures.
+    print(line, file=sys.stderr, flush=True)
+
+
+def _config_value(name: str) -> str | None:
+    value = _CONFIG.get(f"{NAMESPACE}:{name}")
+    return value if isinstance(value, str) else None
+
+
+def _is_secret_name(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in ("key", "token", "secret", "password"))
+
+
+def connections_dialled() -> int:
+    return _POOL.dials()

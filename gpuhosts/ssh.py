@@ -1,0 +1,215 @@
+"""SSH to a host for the host-unit provider: paramiko, the host key pinned, the client key from memory.
+
+One connection per host (address, port, user, pinned key), shared by every unit and thread of the provider
+process; each command is a channel of its own. Dialling is retried a bounded number of times with a timeout per
+dial, as pulumi-command does (`dialErrorLimit` 10, 15 s per dial: pulumi-command provider/pkg/provider/remote
+connection.go). Scripts travel over a channel's standard input into a 0700 temporary file, never in the command
+string, so neither the 128 KiB single-argument limit nor an error message ever carries a script.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import select
+import shlex
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import paramiko
+
+DIAL_ATTEMPTS = 10
+DIAL_TIMEOUT_S = 15.0
+TEMP_FILE = re.compile(r"^/tmp/gpuhosts-unit\.[A-Za-z0-9]+$")
+KEY_TYPES = (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey)
+
+
+class SshError(RuntimeError):
+    pass
+
+
+class Unreachable(SshError):
+    """No connection could be made: the host is down, the address is wrong, or its key is not the pinned one."""
+
+
+class ConnectionDropped(SshError):
+    """The connection ended before the command reported its exit status."""
+
+
+@dataclass(frozen=True)
+class Target:
+    address: str
+    port: int
+    user: str
+    host_key: str | None  # "ssh-ed25519 AAAA…"; None only with insecureIgnoreHostKey
+
+    @classmethod
+    def from_inputs(cls, host: dict) -> "Target":
+        return cls(host["address"], int(host["port"]), host["user"], host.get("hostKey"))
+
+
+@dataclass
+class Completed:
+    status: int
+    stdout: str
+    stderr: str
+
+
+def load_private_key(text: str) -> paramiko.PKey:
+    """The client key from the stack's secret, parsed in memory: it never touches a disk or an argv."""
+    errors = []
+    for key_type in KEY_TYPES:
+        try:
+            return key_type.from_private_key(io.StringIO(text))
+        except (paramiko.SSHException, ValueError) as error:
+            errors.append(f"{key_type.__name__}: {type(error).__name__}")
+    raise SshError("gpuhosts:sshPrivateKey is not an unencrypted ed25519, ECDSA or RSA private key in OpenSSH or PEM "
+                   "form (" + "; ".join(errors) + ")")
+
+
+class Connection:
+    def __init__(self, target: Target, private_key: paramiko.PKey, *, dial_attempts: int = DIAL_ATTEMPTS,
+                 dial_timeout: float = DIAL_TIMEOUT_S):
+        self.target = target
+        self._key = private_key
+        self._dial_attempts = dial_attempts
+        self._dial_timeout = dial_timeout
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+        self.dials = 0
+
+    def _dial(self) -> paramiko.SSHClient:
+        target = self.target
+        last = ""
+        for attempt in range(self._dial_attempts):
+            client = paramiko.SSHClient()
+            if target.host_key is not None:
+                key_type, key_data = target.host_key.split()[:2]
+                name = target.address if target.port == 22 else f"[{target.address}]:{target.port}"
+                client.get_host_keys().add(name, key_type, paramiko.PKey.from_type_string(key_type,
+                                                                                      _b64(key_data)))
+                client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            else:
+                client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+            try:
+                self.dials += 1
+                print(f"gpuhosts-ssh: dial {target.user}@{target.address}:{target.port} attempt {attempt + 1}",
+                      file=sys.stderr, flush=True)
+                client.connect(target.address, port=target.port, username=target.user, pkey=self._key,
+                               timeout=self._dial_timeout, banner_timeout=self._dial_timeout,
+                               auth_timeout=self._dial_timeout, allow_agent=False, look_for_keys=False)
+                transport = client.get_transport()
+                transport.set_keepalive(15)
+                return client
+            except paramiko.BadHostKeyException as error:
+                client.close()
+                raise Unreachable(f"{target.address}:{target.port} presented another host key than the pinned "
+                                  f"one ({error.key.get_name()}); check gpuhosts:*.ssh.hostKey") from None
+            except paramiko.AuthenticationException:
+                client.close()
+                raise Unreachable(f"{target.user}@{target.address}:{target.port} refused the key of "
+                                  "gpuhosts:sshPrivateKey") from None
+            except (OSError, socket.timeout, paramiko.SSHException, EOFError) as error:
+                client.close()
+                last = f"{type(error).__name__}: {error}"
+                if attempt + 1 < self._dial_attempts:
+                    time.sleep(min(0.25 * (attempt + 1), 2.0))
+        raise Unreachable(f"could not reach {target.user}@{target.address}:{target.port} after "
+                          f"{self._dial_attempts} attempts: {last}")
+
+    def client(self) -> paramiko.SSHClient:
+        with self._lock:
+            transport = self._client.get_transport() if self._client else None
+            if transport is None or not transport.is_active():
+                if self._client is not None:
+                    self._client.close()
+                self._client = self._dial()
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def exec(self, command: str, stdin: bytes = b"", *, timeout: float | None = None) -> Completed:
+        """Run `command` on a channel of its own; `stdin` is written and then closed."""
+        try:
+            channel = self.client().get_transport().open_session()
+        except (paramiko.SSHException, EOFError, OSError) as error:
+            self.close()
+            raise ConnectionDropped(f"could not open a channel: {error}") from None
+        channel.exec_command(command)
+        if stdin:
+            channel.sendall(stdin)
+        channel.shutdown_write()
+        out, err = bytearray(), bytearray()
+        transport = channel.get_transport()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Until the server has sent the exit status and closed its side (all output precedes that).
+        while not (channel.exit_status_ready() and channel.eof_received) or channel.recv_ready() \
+                or channel.recv_stderr_ready():
+            if channel.recv_ready():
+                out += channel.recv(65536)
+            elif channel.recv_stderr_ready():
+                err += channel.recv_stderr(65536)
+            elif channel.closed or not transport.is_active():
+                break
+            elif deadline is not None and time.monotonic() > deadline:
+                channel.close()
+                raise SshError(f"no answer within {timeout:.0f} s")
+            else:
+                select.select([channel], [], [], 0.2)
+        if not channel.exit_status_ready():
+            channel.close()
+            self.close()
+            raise ConnectionDropped("the connection ended before the command finished")
+        status = channel.recv_exit_status()
+        channel.close()
+        if status == -1:
+            # The server closed the channel without an exit status: the command was killed with its session.
+            raise ConnectionDropped("the command ended without an exit status (its session was killed)")
+        return Completed(status, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def run_script(self, script: str, command_template, stdin: bytes = b"") -> Completed:
+        """Upload `script` into a 0700 temporary file, then run `command_template(path)` with `stdin`."""
+        made = self.exec("umask 077; f=$(mktemp /tmp/gpuhosts-unit.XXXXXXXX) && cat >\"$f\" && printf '%s\\n' \"$f\"",
+                         script.encode())
+        path = made.stdout.strip()
+        if made.status != 0 or not TEMP_FILE.match(path):
+            raise SshError(f"could not upload the script: {made.stderr.strip()[-500:]}")
+        return self.exec(command_template(shlex.quote(path)), stdin)
+
+
+def _b64(data: str) -> bytes:
+    import base64
+
+    return base64.b64decode(data)
+
+
+class Pool:
+    """One connection per target, for the life of the provider process."""
+
+    def __init__(self):
+        self._connections: dict[Target, Connection] = {}
+        self._lock = threading.Lock()
+
+    def get(self, target: Target, private_key_text: str, **options) -> Connection:
+        with self._lock:
+            connection = self._connections.get(target)
+            if connection is None:
+                connection = Connection(target, load_private_key(private_key_text), **options)
+                self._connections[target] = connection
+            return connection
+
+    def dials(self) -> int:
+        return sum(c.dials for c in self._connections.values())
+
+    def close(self) -> None:
+        with self._lock:
+            for connection in self._connections.values():
+                connection.close()
+            self._connections.clear()

@@ -1,0 +1,450 @@
+"""An apply harness that drives the real host-unit provider the way Pulumi's engine does.
+
+The provider runs in Pulumi's own dynamic-provider server (`python -m pulumi.dynamic`, started with this
+project's interpreter, as the `toolchain: uv` shim does: pulumi sdk/python/dist/pulumi-resource-pulumi-python)
+and is spoken to over gRPC: Configure, Check, Diff, Create, Read, Update, Delete. The resources are those the real
+`__main__.py` registers under the mock runtime (tests/engine/program.py). What the engine does, and where:
+
+* Configure gets every stack config key as `namespace:key`, secrets decrypted (pkg/resource/deploy/target.go
+  `GetPackageConfig`; the Python server unwraps them: sdk/python/lib/pulumi/dynamic/__main__.py `Configure`);
+* `refresh` (Pulumi.yaml `options.refresh: always`) reads every resource in the state before the program's
+  diff; Read's `inputs` replace the stored inputs (pkg/resource/deploy/step.go `RefreshStep.Apply`);
+* each resource is Checked, then Diffed; the Python server answers DIFF_UNKNOWN for an empty DiffResult, and the
+  engine then compares the stored inputs with the checked new ones, naming each changed leaf
+  (pkg/resource/deploy/step_generator.go `diffResource`);
+* creates and updates run as soon as what a resource depends on is done, at most `parallel` at once, by default
+  GOMAXPROCS × 4 (pkg/cmd/pulumi/operations/up.go `defaultParallel`); the Python server itself serves 4 calls
+  at a time (`futures.ThreadPoolExecutor(max_workers=4)`);
+* a replaced resource is created first and its old self deleted at the end (`delete-replaced`), as are resources
+  gone from the program: in reverse dependency levels, a level in parallel (pkg/resource/deploy/step_executor.go);
+* a failed step stops the scheduling of new steps; the steps in flight finish and are recorded.
+
+State is JSON: per URN the type, name, parent, dependencies, id, inputs and outputs. The provider's log (its
+stderr) is kept: one line per operation (`gpuhosts-unit: …`) and per dial (`gpuhosts-ssh: …`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from pulumi.runtime import proto, rpc
+from pulumi.runtime.proto import provider_pb2_grpc
+
+PROJECT = Path(__file__).resolve().parents[2]
+HOST_UNIT = "pulumi-python:dynamic:Resource"
+PROVIDER_KEY = "__provider"
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def default_parallel() -> int:
+    return (os.cpu_count() or 1) * 4
+
+
+# --- errors ------------------------------------------------------------------------------------------------------
+class ApplyError(RuntimeError):
+    def __init__(self, message: str, ops: list["Op"]):
+        super().__init__(message)
+        self.ops = ops
+
+
+# --- records -----------------------------------------------------------------------------------------------------
+@dataclass
+class Op:
+    name: str
+    operation: str          # create, update, delete, read
+    urn: str = ""
+    outcome: str = ""       # ok, failed
+    error: str = ""
+    seconds: float = 0.0
+    started: float = 0.0
+
+
+@dataclass
+class Change:
+    operation: str                      # create, update, replace, delete, same
+    diffs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Preview:
+    changes: dict[str, Change]
+    refreshed: dict[str, list[str]]     # per resource name: the input paths a refresh changed
+
+    def changed(self) -> dict[str, Change]:
+        return {name: change for name, change in self.changes.items() if change.operation != "same"}
+
+
+def property_diff(old: Any, new: Any, path: str = "") -> list[str]:
+    """The leaves that differ, named as the engine's display names them (`facts["file /etc/x"]`, `host.port`)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        found: list[str] = []
+        for key in sorted(set(old) | set(new)):
+            if key == PROVIDER_KEY and path == "":
+                continue
+            step = (f"{path}.{key}" if path else key) if IDENTIFIER.match(key) else f'{path}["{key}"]'
+            found += property_diff(old.get(key), new.get(key), step)
+        return found
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        found = []
+        for index, (a, b) in enumerate(zip(old, new)):
+            found += property_diff(a, b, f"{path}[{index}]")
+        return found
+    return [] if old == new else [path or "(root)"]
+
+
+def _struct(values: dict[str, Any]):
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(rpc.serialize_properties(values, {}))
+    finally:
+        loop.close()
+
+
+def _plain(struct) -> dict[str, Any]:
+    return {k: rpc.unwrap_rpc_secret(v) for k, v in rpc.deserialize_properties(struct, True).items()}
+
+
+# --- the provider process ------------------------------------------------------------------------------------------
+class ProviderServer:
+    """`python -m pulumi.dynamic`, configured with the stack's config; its stderr is the provider's log."""
+
+    def __init__(self, config: dict[str, str], env: dict[str, str] | None = None):
+        environment = dict(env or os.environ)
+        environment["PYTHONPATH"] = os.pathsep.join([str(PROJECT), environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        environment.setdefault("PULUMI_PROJECT", "gpuhosts")
+        self.process = subprocess.Popen([sys.executable, "-u", "-m", "pulumi.dynamic"], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=environment, cwd=PROJECT)
+        port = self.process.stdout.readline().decode().strip()
+        if not port.isdigit():
+            raise RuntimeError(f"the dynamic provider server did not start: {self.process.stderr.read().decode()}")
+        self.log: list[str] = []
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = provider_pb2_grpc.ResourceProviderStub(self.channel)
+        self.stub.Configure(proto.ConfigureRequest(args=_struct(config), variables=config))
+
+    def _drain(self) -> None:
+        for line in iter(self.process.stderr.readline, b""):
+            self.log.append(line.decode(errors="replace").rstrip("\n"))
+
+    def close(self) -> None:
+        self.channel.close()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._reader.join(timeout=5)
+
+
+# --- the engine ------------------------------------------------------------------------------------------------------
+class Engine:
+    def __init__(self, state_file: Path, config: dict[str, str], *, parallel: int | None = None,
+                 env: dict[str, str] | None = None):
+        self.state_file = Path(state_file)
+        self.config = dict(config)
+        self.parallel = parallel or default_parallel()
+        self.env = env
+        self.ops: list[Op] = []
+        self.log: list[str] = []
+        self.max_concurrent = 0
+        self._running = 0
+        self._lock = threading.Lock()
+        self._server: ProviderServer | None = None
+
+    # --- the provider process: one per engine operation, as the CLI starts plugins per run -----------------------
+    def _start(self) -> ProviderServer:
+        self._server = ProviderServer(self.config, self.env)
+        return self._server
+
+    def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self.log += self._server.log
+            self._server = None
+
+    # --- state -------------------------------------------------------------------------------------------------
+    def state(self) -> dict[str, dict[str, Any]]:
+        if not self.state_file.exists():
+            return {}
+        return json.loads(self.state_file.read_text())["resources"]
+
+    def _save(self, resources: dict[str, dict[str, Any]]) -> None:
+        with self._lock:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.state_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"version": 1, "resources": resources}, indent=2, sort_keys=True) + "\n")
+            tmp.replace(self.state_file)
+
+    def stack_rm(self) -> None:
+        self.state_file.unlink(missing_ok=True)
+
+    # --- operations ------------------------------------------------------------------------------------------------
+    def refresh(self, stored: dict[str, dict[str, Any]] | None = None) -> dict[str, list[str]]:
+        """Read every host unit in the state; stored inputs and outputs become what Read returned."""
+        own = stored is None
+        if own:
+            self._start()
+        try:
+            stored = self.state() if stored is None else stored
+            changed: dict[str, list[str]] = {}
+
+            def read(urn: str) -> None:
+                entry = stored[urn]
+                op = self._begin(entry["name"], "read", urn)
+                try:
+                    response = self._server.stub.Read(proto.ReadRequest(
+                        id=entry["id"], urn=urn, properties=_struct(entry["outputs"]), inputs=_struct(entry["inputs"])))
+                except grpc.RpcError as error:
+                    self._end(op, error)
+                    raise ApplyError(f"{entry['name']}: refresh: {_details(error)}", list(self.ops)) from None
+                self._end(op)
+                outputs = _plain(response.properties)
+                inputs = _plain(response.inputs) if response.HasField("inputs") else entry["inputs"]
+                diffs = property_diff(entry["inputs"], inputs)
+                if diffs:
+                    changed[entry["name"]] = diffs
+                entry.update(outputs=outputs, inputs=inputs)
+
+            urns = [urn for urn, entry in stored.items() if entry["type"] == HOST_UNIT]
+            self._parallel_map(read, urns)
+            if own:
+                self._save(stored)
+            return changed
+        finally:
+            if own:
+                self._stop()
+
+    def preview(self, program: list[dict[str, Any]], refresh: bool = True) -> Preview:
+        self._start()
+        try:
+            stored = self.state()
+            refreshed = self.refresh(stored) if refresh else {}
+            changes = {name: change for name, (change, _checked) in self._steps(program, stored).items()}
+            return Preview(changes, refreshed)
+        finally:
+            self._stop()
+
+    def up(self, program: list[dict[str, Any]], refresh: bool = True, targets: list[str] | None = None) -> list[Op]:
+        self._start()
+        first = len(self.ops)
+        try:
+            stored = self.state()
+            if refresh:
+                self.refresh(stored)
+                self._save(stored)
+            steps = self._steps(program, stored)
+            wanted = {r["urn"]: r for r in program}
+            if targets is not None:
+                unknown = set(targets) - {r["name"] for r in program}
+                if unknown:
+                    raise ValueError(f"no such resource in the program: {sorted(unknown)}")
+            replaced: dict[str, dict[str, Any]] = {}
+            errors: list[str] = []
+
+            def apply(urn: str) -> None:
+                resource = wanted[urn]
+                change, checked = steps[resource["name"]]
+                old = stored.get(urn)
+                if change.operation == "same" or (targets is not None and resource["name"] not in targets):
+                    if old is not None:
+                        old.update(dependencies=resource["dependencies"], parent=resource["parent"])
+                    return
+                if resource["type"] != HOST_UNIT:
+                    stored[urn] = {"type": resource["type"], "name": resource["name"], "parent": resource["parent"],
+                                   "dependencies": resource["dependencies"], "id": "", "inputs": checked,
+                                   "outputs": checked}
+                    return
+                operation = "update" if change.operation == "update" else "create"
+                op = self._begin(resource["name"], operation, urn)
+                try:
+                    if operation == "update":
+                        response = self._server.stub.Update(proto.UpdateRequest(
+                            id=old["id"], urn=urn, olds=_struct(old["outputs"]), news=_struct(checked)))
+                        resource_id = old["id"]
+                    else:
+                        response = self._server.stub.Create(proto.CreateRequest(urn=urn, properties=_struct(checked)))
+                        resource_id = response.id
+                except grpc.RpcError as error:
+                    self._end(op, error)
+                    errors.append(f"{resource['name']}: {operation}: {_details(error)}")
+                    raise
+                self._end(op)
+                if change.operation == "replace":
+                    replaced[urn] = old
+                with self._lock:
+                    stored[urn] = {"type": resource["type"], "name": resource["name"], "parent": resource["parent"],
+                                   "dependencies": resource["dependencies"], "id": resource_id, "inputs": checked,
+                                   "outputs": _plain(response.properties)}
+                self._save(stored)
+
+            order = {r["urn"]: [d for d in r["dependencies"] if d in wanted] for r in program}
+            self._schedule(apply, order)
+            if errors:
+                raise ApplyError("\n".join(errors), self.ops[first:])
+            if targets is None:
+                deletes = {f"{urn}#replaced": entry for urn, entry in replaced.items()}
+                deletes.update({urn: entry for urn, entry in stored.items() if urn not in wanted})
+                self._delete_all(deletes, stored)
+            self._save(stored)
+            return self.ops[first:]
+        finally:
+            self._stop()
+
+    def destroy(self, continue_on_error: bool = False) -> list[Op]:
+        self._start()
+        first = len(self.ops)
+        try:
+            stored = self.state()
+            self._delete_all(dict(stored), stored, continue_on_error=continue_on_error)
+            self._save(stored)
+            return self.ops[first:]
+        finally:
+            self._stop()
+
+    # --- steps --------------------------------------------------------------------------------------------------------
+    def _steps(self, program: list[dict[str, Any]], stored: dict[str, dict[str, Any]]) -> dict[str, tuple[Change, dict]]:
+        steps: dict[str, tuple[Change, dict]] = {}
+        for resource in program:
+            urn, news = resource["urn"], resource["inputs"]
+            old = stored.get(urn)
+            if resource["type"] != HOST_UNIT:
+                steps[resource["name"]] = (Change("same" if old else "create"), news)
+                continue
+            checked = _plain(self._server.stub.Check(proto.CheckRequest(
+                urn=urn, olds=_struct(old["inputs"] if old else {}), news=_struct(news))).inputs)
+            if old is None:
+                steps[resource["name"]] = (Change("create"), checked)
+                continue
+            response = self._server.stub.Diff(proto.DiffRequest(id=old["id"], urn=urn, olds=_struct(old["outputs"]),
+                                                                news=_struct(checked)))
+            diffs = property_diff(old["inputs"], checked)
+            if response.replaces:
+                steps[resource["name"]] = (Change("replace", list(response.replaces)), checked)
+            elif response.changes == proto.DiffResponse.DIFF_SOME or (
+                    response.changes == proto.DiffResponse.DIFF_UNKNOWN and diffs):
+                steps[resource["name"]] = (Change("update", diffs), checked)
+            else:
+                steps[resource["name"]] = (Change("same"), checked)
+        wanted = {r["urn"] for r in program}
+        for urn, entry in stored.items():
+            if urn not in wanted:
+                steps[entry["name"] + ("" if entry["name"] not in steps else f" ({urn})")] = (Change("delete"), {})
+        return steps
+
+    def _delete_all(self, deletes: dict[str, dict[str, Any]], stored: dict[str, dict[str, Any]],
+                    continue_on_error: bool = False) -> None:
+        """Deletes in reverse dependency levels, each level in parallel."""
+        base = {key: key.split("#", 1)[0] for key in deletes}
+        remaining = set(deletes)
+        errors: list[str] = []
+        kept: set[str] = set()
+        while remaining:
+            level = [k for k in remaining
+                     if not any(base[k] in deletes[o]["dependencies"] for o in remaining if o != k)] or \
+                sorted(remaining)[:1]
+
+            def delete(key: str) -> None:
+                entry = deletes[key]
+                if any(base[key] in deletes[k]["dependencies"] for k in kept):
+                    kept.add(key)  # something that depends on it is still there
+                    return
+                if entry["type"] == HOST_UNIT:
+                    op = self._begin(entry["name"], "delete", base[key])
+                    try:
+                        self._server.stub.Delete(proto.DeleteRequest(id=entry["id"], urn=base[key],
+                                                                     properties=_struct(entry["outputs"])))
+                    except grpc.RpcError as error:
+                        self._end(op, error)
+                        errors.append(f"{entry['name']}: delete: {_details(error)}")
+                        kept.add(key)
+                        return
+                    self._end(op)
+                with self._lock:
+                    if "#" not in key:
+                        stored.pop(key, None)
+                self._save(stored)
+
+            self._parallel_map(delete, sorted(level, key=lambda k: deletes[k]["name"]), raise_first=False)
+            remaining -= set(level)
+            if errors and not continue_on_error:
+                break
+        if errors:
+            suffix = ("" if not continue_on_error else
+                      "\nIf the host is gone for good: `pulumi destroy --continue-on-error`, then `pulumi stack rm`.")
+            raise ApplyError("\n".join(errors) + suffix, list(self.ops))
+
+    # --- scheduling --------------------------------------------------------------------------------------------------
+    def _schedule(self, work, order: dict[str, list[str]]) -> None:
+        """Run `work(urn)` for every urn once its dependencies are done, `parallel` at a time; stop scheduling on
+        the first failure and let what is in flight finish."""
+        done: set[str] = set()
+        pending = dict(order)
+        running: dict[Future, str] = {}
+        failed = False
+        with ThreadPoolExecutor(max_workers=self.parallel) as pool:
+            while pending or running:
+                if not failed:
+                    ready = sorted(urn for urn, deps in pending.items() if all(d in done for d in deps))
+                    for urn in ready:
+                        del pending[urn]
+                        running[pool.submit(work, urn)] = urn
+                if not running:
+                    if pending:
+                        raise RuntimeError("dependency cycle among: " + ", ".join(sorted(pending)))
+                    break
+                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for future in finished:
+                    urn = running.pop(future)
+                    if future.exception() is not None:
+                        failed = True
+                    else:
+                        done.add(urn)
+                if failed and not running:
+                    break
+
+    def _parallel_map(self, work, items: list[str], raise_first: bool = True) -> None:
+        with ThreadPoolExecutor(max_workers=self.parallel) as pool:
+            futures = [pool.submit(work, item) for item in items]
+            for future in futures:
+                error = future.exception()
+                if error is not None and raise_first:
+                    raise error
+
+    def _begin(self, name: str, operation: str, urn: str) -> Op:
+        op = Op(name, operation, urn, started=time.monotonic())
+        with self._lock:
+            self._running += 1
+            self.max_concurrent = max(self.max_concurrent, self._running)
+        return op
+
+    def _end(self, op: Op, error: grpc.RpcError | None = None) -> None:
+        op.seconds = time.monotonic() - op.started
+        op.outcome = "ok" if error is None else "failed"
+        op.error = "" if error is None else _details(error)
+        with self._lock:
+            self._running -= 1
+            self.ops.append(op)
+
+
+def _details(error: grpc.RpcError) -> str:
+    text = error.details() if hasattr(error, "details") else str(error)
+    # The server aborts with the provider's traceback; the last line is the exception and its message.
+    lines = [line for line in (text or "").rstrip().splitlines()]
+    for index, line in enumerate(lines):
+        if line.startswith(("gpuhosts.provider.UnitFailed: ", "UnitFailed: ")):
+            return "\n".join([line.split(": ", 1)[1], *lines[index + 1:]])
+    return "\n".join(lines[-20:])
