@@ -1,33 +1,32 @@
 """The kpro5 stack's whole lifecycle on a simulated host reached over real SSH (tests/sshhost).
 
-The real `gpuhosts plan` writes the plan; the executor applies it as pulumi-command would (one SSH connection per
-command, Pulumi's create/update/replace/delete rules, state kept between runs); the checks read the host.
-Faults while applying are in tests/lifecycle/test_faults.py.
+The real `__main__.py` registers the resources under the mock runtime; tests/engine drives the real host-unit
+provider through Pulumi's dynamic-provider server as the engine does (refresh, parallel steps, create before
+delete); the checks read the host. Drift, renames and faults are in tests/lifecycle/.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
 
+from engine import ApplyError
 from fakehost.tree import tree_digest
-from sshhost.bed import A6000, MODEL, RTX3090_FUNCTIONS, VERSION, Bed, moved_to_vfio
-from sshhost.executor import CommandFailed, HostUnreachable, ApplyError
+from gpuhosts.protocol import parse_result
+from sshhost.bed import A6000, MODEL, RTX3090_FUNCTIONS, VERSION, Bed, moved_to_vfio, names
 
-ORDER = ["kpro5-vfio-binding", "kpro5-nvidia-driver", "kpro5-nvidia-uvm-at-boot", "kpro5-ct129-gpu-devices",
-         "kpro5-ct129-nvidia-userspace"]
+ORDER = ["vfio-binding", "nvidia-driver", "nvidia-uvm-at-boot", "ct129-gpu-devices", "ct129-nvidia-userspace"]
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
-    """One `up` from the seed, shared: (bed, its plan, start digest, digest after up, the runs of that up)."""
+    """One `up` from the seed, shared: (bed, its program, start digest, digest after up, the ops of that up)."""
     bed = Bed.seed(tmp_path_factory.mktemp("lifecycle") / "template")
     start = bed.digest()
-    plan = bed.plan()
-    runs = bed.up(plan=plan)
-    yield bed, plan, start, bed.digest(), runs
+    program = bed.program()
+    ops = bed.up(program=program)
+    yield bed, program, start, bed.digest(), ops
     bed.close()
 
 
@@ -39,15 +38,20 @@ def converged(template, tmp_path):
     bed.close()
 
 
-def commands_of(plan) -> dict:
-    return {r["name"]: r["inputs"] for r in json.loads((plan / "resources.json").read_text())
-            if r["type"] == "command:remote:Command"}
+def units_of(program) -> dict:
+    return {r["name"]: r["inputs"] for r in program if "ensure" in r["inputs"]}
+
+
+def applied(bed: Bed) -> dict:
+    """The state without what a refresh rewrites (the observed facts)."""
+    return {urn: (entry["id"], {k: v for k, v in entry["inputs"].items() if k != "facts"})
+            for urn, entry in bed.engine.state().items()}
 
 
 def test_up_from_the_seed_reaches_the_kpro5_state(template):
-    bed, _plan, start, after, runs = template
-    assert [(r.name, r.operation) for r in runs] == [(name, "create") for name in ORDER]
-    assert all(r.changed for r in runs), [r.stdout for r in runs]
+    bed, _program, start, after, ops = template
+    assert [(op.name, op.operation) for op in ops] == [(name, "create") for name in ORDER]
+    assert all(op.changed for op in ops), [(op.name, op.changed) for op in ops]
     assert after != start
 
     for function in RTX3090_FUNCTIONS:
@@ -62,60 +66,67 @@ def test_up_from_the_seed_reaches_the_kpro5_state(template):
     assert sorted(smi.stdout.split()) == sorted(["00000000:41:00.0,", "00000000:61:00.0,", VERSION, VERSION])
     assert bed.problems() == []
 
-    state = bed.executor.state()
-    assert sorted(s["name"] for s in state.values()) == sorted(ORDER)
-    assert all(s["stdout"].rstrip().endswith("done: changed") for s in state.values())
-    assert "reboot required" in next(s["stdout"] for s in state.values() if s["name"] == "kpro5-vfio-binding")
+    state = {entry["name"]: entry for entry in bed.engine.state().values() if "ensure" in entry["inputs"]}
+    assert sorted(state) == sorted(ORDER)
+    # The vfio binding rewrote the initramfs: the host needs a reboot for it, and says so as an output.
+    assert state["vfio-binding"]["outputs"]["rebootRequired"] is True
+    # The state holds what the provider observed after its own refresh: the desired facts.
+    assert all(entry["outputs"]["facts"] == entry["inputs"]["facts"] for entry in state.values())
 
 
 def test_up_again_runs_nothing_and_every_ensure_script_changes_nothing(template, converged):
-    _bed, plan, _start, after, _runs = template
+    _bed, _program, _start, after, _runs = template
+    program = converged.program()
     assert converged.digest() == after
-    assert converged.executor.preview(plan) == {name: "same" for name in ORDER}
-    assert converged.up(plan=plan) == []
-    assert not converged.executor.log_file.exists()
+    preview = converged.preview(program=program)
+    assert preview.changed() == {} and preview.refreshed == {}
+    ops = converged.up(program=program)
+    assert names(ops) == [] and sorted(op.name for op in ops) == sorted(ORDER)  # the refresh reads, nothing else
 
     # By hand, over SSH, as an operator would run them.
-    for name, script in converged.ensure_scripts(plan):
+    for name, script in converged.ensure_scripts(program):
         result = converged.on_host(script)
         assert result.returncode == 0, f"{name}:\n{result.stdout}{result.stderr}"
-        assert result.stdout.rstrip().endswith("done: no change"), f"{name}:\n{result.stdout}"
+        assert parse_result(result.stdout).changed is False, f"{name}:\n{result.stdout}"
     assert converged.digest() == after
 
 
-def test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands(template, converged):
-    _bed, plan, _start, _after, _runs = template
+def test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands(converged):
+    program = converged.program()
     values = moved_to_vfio(converged.values())
-    changed_plan = converged.plan(values)
-    before, after = (commands_of(p) for p in (plan, changed_plan))
+    changed_program = converged.program(values)
+    before, after = units_of(program), units_of(changed_program)
     must_run = [name for name in ORDER if before[name] != after[name]]
-    assert "kpro5-nvidia-uvm-at-boot" not in must_run
-    assert {"kpro5-vfio-binding", "kpro5-ct129-gpu-devices"} <= set(must_run)
+    assert "nvidia-uvm-at-boot" not in must_run
+    assert {"vfio-binding", "ct129-gpu-devices"} <= set(must_run)
 
-    preview = converged.executor.preview(changed_plan)
-    assert preview == {name: ("update" if name in must_run else "same") for name in ORDER}
-    runs = converged.up(plan=changed_plan)
-    assert [(r.name, r.operation) for r in runs] == [(name, "update") for name in must_run]
-    changed = {r.name for r in runs if r.changed}
-    assert {"kpro5-vfio-binding", "kpro5-ct129-gpu-devices"} <= changed
+    preview = converged.preview(program=changed_program)
+    assert sorted(preview.changed()) == sorted(must_run)
+    assert all(change.operation == "update" for change in preview.changed().values())
+    # The diff names what changed: the device facts of the GPU that leaves, the slot that moves to vfio-pci.
+    assert 'facts["slot 0000:61:00"]' in preview.changes["vfio-binding"].diffs
+    assert 'facts["device 0000:61:00.0"]' in preview.changes["ct129-gpu-devices"].diffs
+    ops = converged.up(program=changed_program)
+    assert names(ops, "update") == must_run
+    assert {"vfio-binding", "ct129-gpu-devices"} <= {op.name for op in ops if op.changed}
 
     assert converged.driver("0000:61:00.0") == "vfio-pci" and converged.driver("0000:61:00.1") == "vfio-pci"
     assert converged.driver("0000:41:00.0") == "nvidia"
     assert converged.problems(values) == []
-    assert converged.up(plan=changed_plan) == []
+    assert converged.preview(program=changed_program).changed() == {}
 
 
 def test_destroy_returns_to_the_start_and_keeps_the_container_disk(template, converged):
-    _bed, _plan, start, _after, _runs = template
+    _bed, _program, start, _after, _runs = template
     model = converged.tree / MODEL
     model.parent.mkdir(parents=True, exist_ok=True)
     model.write_text('{"num_hidden_layers": 64}\n')
     disk_line = [line for line in converged.text("/etc/pve/lxc/129.conf").splitlines() if line.startswith("rootfs:")]
     assert disk_line
 
-    runs = converged.destroy()
-    assert [(r.name, r.operation) for r in runs] == [(name, "delete") for name in reversed(ORDER)]
-    assert converged.executor.state() == {}
+    ops = converged.destroy()
+    assert names(ops) == list(reversed(ORDER))
+    assert {e["name"] for e in converged.engine.state().values()} <= {"kpro5"}  # only the component may be left
     assert model.read_text() == '{"num_hidden_layers": 64}\n'
     assert [line for line in converged.text("/etc/pve/lxc/129.conf").splitlines() if line.startswith("rootfs:")] == disk_line
     model.unlink()
@@ -123,7 +134,7 @@ def test_destroy_returns_to_the_start_and_keeps_the_container_disk(template, con
     assert converged.digest() == start
     for function in RTX3090_FUNCTIONS + A6000:
         assert converged.driver(function) == "vfio-pci", function
-    assert converged.destroy() == []  # nothing left in the state
+    assert names(converged.destroy()) == []  # nothing left to delete
 
 
 def test_a_variable_sent_over_ssh_does_not_reach_the_host(converged):
@@ -133,28 +144,27 @@ def test_a_variable_sent_over_ssh_does_not_reach_the_host(converged):
     assert seen.stdout.split() == ["unset", "C.UTF-8"], seen.stderr
 
 
-def test_a_command_with_environment_fails_as_pulumi_command_does(template, converged, tmp_path):
-    _bed, plan, _start, _after, _runs = template
-    resources = json.loads((plan / "resources.json").read_text())
-    for r in resources:
-        if r["name"] == "kpro5-nvidia-uvm-at-boot":
-            r["inputs"]["environment"] = {"GPUHOSTS_MODE": "strict"}
-    altered = tmp_path / "plan"
-    altered.mkdir()
-    (altered / "resources.json").write_text(json.dumps(resources))
-    with pytest.raises(CommandFailed, match="Unable to set 'GPUHOSTS_MODE'.*AcceptEnv"):
-        converged.up(plan=altered)
+def test_a_failed_command_names_the_unit_and_shows_only_the_tail_of_its_output(converged):
+    converged.ssh.fail_once("update-initramfs", "update-initramfs: failed: No space left on device")
+    values = moved_to_vfio(converged.values())
+    with pytest.raises(ApplyError) as caught:
+        converged.up(values)
+    message = str(caught.value)
+    assert message.startswith("vfio-binding: update: vfio-binding: ensure exited with status 1"), message
+    assert "No space left on device" in message
+    # The script itself never travels in an error: only the tail of what it printed.
+    assert "install_file()" not in message and len(message) < 5000, len(message)
 
 
 # --- bad host states: refused with a clear error, the host unchanged -------------------------------------------
-def refused(bed: Bed, words: str, values=None, plan=None, **options) -> CommandFailed:
-    before, state = bed.digest(), bed.executor.state()
-    with pytest.raises(CommandFailed) as caught:
-        bed.up(values, plan=plan, **options)
+def refused(bed: Bed, words: str, values=None, **options) -> ApplyError:
+    before, state = bed.digest(), applied(bed)
+    with pytest.raises(ApplyError) as caught:
+        bed.up(values, **options)
     message = str(caught.value)
     assert "refused:" in message and words in message, message
     assert bed.digest() == before, "the host changed while refusing"
-    assert bed.executor.state() == state, "a refused command was recorded as applied"
+    assert applied(bed) == state, "a refused command was recorded as applied"
     return caught.value
 
 
@@ -163,7 +173,7 @@ def test_refuses_to_take_a_gpu_from_a_running_vm(template, tmp_path):
                    vms=((101, "win-3090", "0000:01:00", True), (103, "a6000-vm", "0000:41:00", True)))
     try:
         error = refused(bed, "VM 103 is running with 0000:41:00 passed through")
-        assert [r.name for r in error.runs] == ["kpro5-vfio-binding"]
+        assert [(op.name, op.outcome) for op in error.ops] == [("vfio-binding", "failed")]
     finally:
         bed.close()
 
@@ -178,7 +188,7 @@ def test_refuses_a_container_user_space_that_differs_from_the_host_module(conver
     values = converged.values()
     values["nvidia"]["version"] = "570.148.08"
     refused(converged, "would fail with 'Driver/library version mismatch'", values,
-            targets=["kpro5-ct129-nvidia-userspace"])
+            targets=["ct129-nvidia-userspace"])
     smi = converged.smi_in_container()
     assert smi.returncode == 0 and smi.stdout.count(VERSION) == 2
 
@@ -187,27 +197,34 @@ def test_refuses_container_devices_without_nvidia_uvm(converged):
     unload = converged.on_host("modprobe -r nvidia_uvm")
     assert unload.returncode == 0, unload.stderr
     assert not (converged.tree / "dev/nvidia-uvm").exists()
-    # The A6000 change re-runs the container's devices; nvidia-uvm-at-boot is unchanged and does not run.
     refused(converged, "/dev/nvidia-uvm is missing", moved_to_vfio(converged.values()),
-            targets=["kpro5-ct129-gpu-devices"])
+            targets=["ct129-gpu-devices"])
 
 
 # --- a host that is gone --------------------------------------------------------------------------------------
-def test_destroy_of_an_unreachable_host_says_what_to_do(template, converged):
-    _bed, _plan, _start, after, _runs = template
-    state = converged.executor.state()
+def test_an_unreachable_host_says_what_to_do(template, converged):
+    after = template[3]
+    program = converged.program()
+    state = converged.engine.state()
     converged.ssh.stop()
-    with pytest.raises(HostUnreachable) as caught:
+    with pytest.raises(ApplyError) as caught:
+        converged.preview(program=program)
+    message = str(caught.value)
+    assert "could not reach" in message and "--refresh=false" in message, message
+    # Without the refresh the preview still plans from the state: nothing to do.
+    assert converged.preview(program=program, refresh=False).changed() == {}
+
+    with pytest.raises(ApplyError) as caught:
         converged.destroy()
     message = str(caught.value)
-    assert "could not reach" in message and "Connection refused" in message, message
-    assert "pulumi destroy --continue-on-error" in message and "pulumi stack rm" in message, message
-    assert converged.executor.state() == state
+    assert "could not reach" in message and "pulumi destroy --continue-on-error" in message, message
+    assert "pulumi stack rm" in message, message
+    assert converged.engine.state() == state
 
     with pytest.raises(ApplyError) as caught:
         converged.destroy(continue_on_error=True)
     assert "pulumi stack rm" in str(caught.value)
-    assert converged.executor.state() == state
-    converged.executor.stack_rm()
-    assert converged.executor.state() == {}
+    assert converged.engine.state() == state
+    converged.engine.stack_rm()
+    assert converged.engine.state() == {}
     assert tree_digest(converged.tree) == after

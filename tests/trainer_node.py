@@ -84,8 +84,8 @@ def prepare_node(root: Path) -> Path:
     values = kpro5_values()
     values["nvidia"].update(url=f"file://{run_file}", sha256=sha)
     values.pop("services")
-    for step in plan_host(validate_stack(values, KPRO5_SECRETS)).steps:
-        result = subprocess.run(["bash", "-c", step.create], capture_output=True, text=True, env=host_env(tree))
+    for unit in plan_host(validate_stack(values, KPRO5_SECRETS)):
+        result = subprocess.run(["bash", "-c", unit.ensure], capture_output=True, text=True, env=host_env(tree))
         assert result.returncode == 0, result.stderr
     # The node's own python3 (a training node is a plain machine: its python3 bootstraps uv).
     shutil.copy(tree / "var/lib/lxc/129/rootfs/usr/bin/python3", tree / "usr/bin/python3")

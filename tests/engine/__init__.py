@@ -46,6 +46,8 @@ PROJECT = Path(__file__).resolve().parents[2]
 HOST_UNIT = "pulumi-python:dynamic:Resource"
 PROVIDER_KEY = "__provider"
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+UNIT_LOG = re.compile(r"^gpuhosts-unit: (?P<unit>\S+) (?P<script>ensure|teardown|probe) "
+                      r"(?:changed=(?P<changed>true|false)|status=\S+ (?:lock_waits=(?P<waits>\d+) )?seconds=\S+)$")
 
 
 def default_parallel() -> int:
@@ -69,6 +71,9 @@ class Op:
     error: str = ""
     seconds: float = 0.0
     started: float = 0.0
+    # From the provider's log: whether the unit's script reported a change, and its waits for host locks.
+    changed: bool | None = None
+    lock_waits: int = 0
 
 
 @dataclass
@@ -171,10 +176,37 @@ class Engine:
         return self._server
 
     def _stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self.log += self._server.log
-            self._server = None
+        if self._server is None:
+            return
+        self._server.close()
+        log, self._server = self._server.log, None
+        self.log += log
+        self._annotate(log)
+
+    def _annotate(self, log: list[str]) -> None:
+        """Attach the provider's per-operation log lines to this run's ops, in order per unit and script."""
+        changed: dict[tuple[str, str], list[bool]] = {}
+        waits: dict[tuple[str, str], list[int]] = {}
+        for line in log:
+            match = UNIT_LOG.match(line)
+            if not match:
+                continue
+            key = (match["unit"], match["script"])
+            if match["changed"]:
+                changed.setdefault(key, []).append(match["changed"] == "true")
+            if match["waits"]:
+                waits.setdefault(key, []).append(int(match["waits"]))
+        for op in self.ops:
+            if op.changed is not None or op.operation == "read":
+                continue
+            key = (op.name, "teardown" if op.operation == "delete" else "ensure")
+            if changed.get(key):
+                op.changed = changed[key].pop(0)
+            if waits.get(key):
+                op.lock_waits = waits[key].pop(0)
+
+    def connections(self) -> int:
+        return sum(line.startswith("gpuhosts-ssh: dial ") for line in self.log)
 
     # --- state -------------------------------------------------------------------------------------------------
     def state(self) -> dict[str, dict[str, Any]]:
@@ -349,17 +381,19 @@ class Engine:
                     continue_on_error: bool = False) -> None:
         """Deletes in reverse dependency levels, each level in parallel."""
         base = {key: key.split("#", 1)[0] for key in deletes}
+        # A child goes before its parent, as a dependent goes before what it depends on.
+        after = {key: set(entry["dependencies"]) | ({entry["parent"]} if entry.get("parent") else set())
+                 for key, entry in deletes.items()}
         remaining = set(deletes)
         errors: list[str] = []
         kept: set[str] = set()
         while remaining:
-            level = [k for k in remaining
-                     if not any(base[k] in deletes[o]["dependencies"] for o in remaining if o != k)] or \
+            level = [k for k in remaining if not any(base[k] in after[o] for o in remaining if o != k)] or \
                 sorted(remaining)[:1]
 
             def delete(key: str) -> None:
                 entry = deletes[key]
-                if any(base[key] in deletes[k]["dependencies"] for k in kept):
+                if any(base[key] in after[k] for k in kept):
                     kept.add(key)  # something that depends on it is still there
                     return
                 if entry["type"] == HOST_UNIT:

@@ -1,10 +1,14 @@
-"""The kpro5 stack against a simulated host over SSH: tree, sshd, stack file, plans, executor — in one folder.
+"""The kpro5 stack against a simulated host over SSH: tree, sshd, stack file, program, engine — in one folder.
 
     bed = Bed.seed(tmp_path)                 # the seed's kpro5, its sshd started
-    bed.up()                                 # plan of the stack (as `gpuhosts plan` writes it), then apply
-    bed.up(moved_to_vfio(bed.values()))      # another stack: a new stack file, a new plan
+    bed.up()                                 # the program's resources for the stack, then `pulumi up` of them
+    bed.preview()                            # refresh, then what `pulumi preview` would do
+    bed.up(moved_to_vfio(bed.values()))      # another stack: a new stack file, the program run again
     bed.destroy()
     bed.close()
+
+The engine is tests/engine: the real host-unit provider in Pulumi's dynamic-provider server, driven as the
+engine drives it (refresh, parallel steps, create-before-delete).
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ from fakehost import host_env, kernel
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5
 from fakehost.view import HostView
+import os
+import sys
+
+from engine import Engine, Op, Preview
 from sshhost import SshHost
-from sshhost.executor import Executor, Run, Target, read_plan, write_plan
 
 PROJECT = Path(__file__).resolve().parents[2]
 STACK = "kpro5"
@@ -33,8 +40,28 @@ VERSION = "580.126.09"
 A6000 = ("0000:41:00.0", "0000:61:00.0")
 RTX3090_FUNCTIONS = ("0000:01:00.0", "0000:01:00.1", "0000:21:00.0", "0000:21:00.1")
 MODEL = "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json"
-# What `pulumi config set --secret` would hold for this stack; the executor sends them on stdin.
+# What `pulumi config set --secret` would hold for this stack; the provider sends them on stdin.
 SECRETS = {"hfToken": "hf_LifecycleToken7d3e91", "llmApiKey": "sk-lifecycle-key-2b8c40"}
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def record_program(stack_file: Path, stack: str, secrets: dict[str, str]) -> list[dict[str, Any]]:
+    """The resources the real __main__.py registers for the stack file (tests/engine/program.py)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(PROJECT)])}
+    result = subprocess.run([sys.executable, "-m", "engine.program", str(stack_file), stack], input=json.dumps(secrets),
+                            capture_output=True, text=True, cwd=PROJECT, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"the program failed for {stack_file}:\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout)
+
+
+def write_plan(stack: str, stack_file: Path, out: Path) -> Path:
+    """The real `gpuhosts plan`, as a separate process."""
+    result = subprocess.run([sys.executable, "-m", "gpuhosts.cli", "plan", stack, "--stack-file", str(stack_file),
+                             "--out", str(out)], cwd=PROJECT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"gpuhosts plan failed:\n{result.stdout}{result.stderr}")
+    return out
 
 
 def stack_document() -> dict[str, Any]:
@@ -55,7 +82,7 @@ class Bed(HostView):
     run_file: Path
     sha256: str
     ssh: SshHost
-    executor: Executor
+    engine: Engine
     plans: int = 0
     durations: dict[str, float] = field(default_factory=dict)
 
@@ -71,9 +98,23 @@ class Bed(HostView):
         """A private copy of another bed's host and state, with an sshd of its own (a new port and host key)."""
         root.mkdir(parents=True, exist_ok=True)
         shutil.copytree(other.tree, root / "kpro5", symlinks=True)
-        if other.executor.state_file.exists():
-            shutil.copy(other.executor.state_file, root / "state.json")
-        return cls._open(root, root / "kpro5", other.run_file, other.sha256)
+        if other.engine.state_file.exists():
+            shutil.copy(other.engine.state_file, root / "state.json")
+        bed = cls._open(root, root / "kpro5", other.run_file, other.sha256)
+        bed.retarget_state()
+        return bed
+
+    def retarget_state(self) -> None:
+        """Point the copied state at this bed's sshd: the copy is the same host behind another port and key."""
+        state = self.engine.state()
+        for entry in state.values():
+            for section in ("inputs", "outputs"):
+                host = entry.get(section, {}).get("host")
+                if isinstance(host, dict):
+                    host.update(address=self.ssh.host, port=self.ssh.port, user=self.ssh.user,
+                                hostKey=self.ssh.host_key)
+        if state:
+            self.engine._save(state)
 
     @classmethod
     def _open(cls, root: Path, tree: Path, run_file: Path | None, sha256: str | None) -> "Bed":
@@ -82,10 +123,15 @@ class Bed(HostView):
             sha256 = make_fake_run(run_file, VERSION)
         ssh = SshHost(tree, root / "ssh").start()
         bed = cls(root, tree, run_file, sha256, ssh, None)  # type: ignore[arg-type]
-        stack_file = bed.write_stack(bed.values(), "Pulumi.kpro5.yaml")
-        target = Target.from_stack_file(stack_file, ssh.private_key, root / "client")
-        bed.executor = Executor(target, root / "state.json", root / "commands.log", secrets=dict(SECRETS))
+        bed.engine = Engine(root / "state.json", bed.config())
         return bed
+
+    def secrets(self) -> dict[str, str]:
+        """What `pulumi config set --secret` holds for the stack: the SSH key and the services' secrets."""
+        return {"sshPrivateKey": self.ssh.private_key.read_text(), **SECRETS}
+
+    def config(self) -> dict[str, str]:
+        return {f"gpuhosts:{k}": v for k, v in self.secrets().items()}
 
     def close(self) -> None:
         self.ssh.stop()
@@ -126,13 +172,20 @@ class Bed(HostView):
         stack_file = self.write_stack(values or self.values())
         return write_plan(STACK, stack_file, self.root / "plans" / stack_file.stem)
 
-    # --- operations ---------------------------------------------------------------------------------------------
-    def up(self, values: dict[str, Any] | None = None, plan: Path | None = None, **options) -> list[Run]:
-        """`pulumi up` of these values (or of a plan already written); options: fault, targets, on_applied."""
-        return self.executor.up(plan or self.plan(values), **options)
+    def program(self, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The resources the real program registers for these values, as the engine receives them."""
+        return record_program(self.write_stack(values or self.values()), STACK, self.secrets())
 
-    def destroy(self, **kwargs) -> list[Run]:
-        return self.executor.destroy(**kwargs)
+    # --- operations ---------------------------------------------------------------------------------------------
+    def up(self, values: dict[str, Any] | None = None, program: list | None = None, **options) -> list[Op]:
+        """`pulumi up` (refresh first) of these values or of a program already recorded; options: targets, refresh."""
+        return self.engine.up(program if program is not None else self.program(values), **options)
+
+    def preview(self, values: dict[str, Any] | None = None, program: list | None = None, **options) -> Preview:
+        return self.engine.preview(program if program is not None else self.program(values), **options)
+
+    def destroy(self, **kwargs) -> list[Op]:
+        return self.engine.destroy(**kwargs)
 
     # --- the host (its state is read through HostView) -------------------------------------------------------
     def keep_persistence_on(self, address: str) -> None:
@@ -153,8 +206,9 @@ class Bed(HostView):
     def smi_in_container(self, vmid: int = 129) -> subprocess.CompletedProcess:
         return self.on_host(f"pct exec {vmid} -- nvidia-smi --query-gpu=pci.bus_id,driver_version --format=csv,noheader")
 
-    def ensure_scripts(self, plan: Path) -> list[tuple[str, str]]:
-        return [(r.name, r.inputs["create"]) for r in read_plan(plan) if r.type == "command:remote:Command"]
+    @staticmethod
+    def ensure_scripts(program: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(r["name"], r["inputs"]["ensure"]) for r in program if "ensure" in r["inputs"]]
 
     def problems(self, values: dict[str, Any] | None = None) -> list[str]:
         """How the host differs from the state the stack declares (empty when it is there), read from the host."""
@@ -198,6 +252,5 @@ def timed(function, *args, **kwargs) -> tuple[Any, float]:
     return result, time.monotonic() - started
 
 
-def log_lines(bed: Bed) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in bed.executor.log_file.read_text().splitlines()] \
-        if bed.executor.log_file.exists() else []
+def names(ops: list[Op], operation: str | None = None) -> list[str]:
+    return [op.name for op in ops if op.operation != "read" and (operation is None or op.operation == operation)]
