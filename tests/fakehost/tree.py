@@ -195,13 +195,21 @@ def _walk(tree, exclude):
             yield name, p
 
 
+# Ownership records hold the id of the Pulumi resource that owns a unit (gpuhosts/provider.py): ids are random,
+# so two hosts converged by different resources differ there by design; their names still count.
+OWNER_RECORDS = "var/lib/gpuhosts/owners/"
+
+
 def tree_digest(tree, exclude=None) -> str:
-    """sha256 over relative paths, modes, symlink targets and contents (``exclude``: volatile paths)."""
+    """sha256 over relative paths, modes, symlink targets and contents (``exclude``: volatile paths); ownership
+    records count by name only."""
     h = hashlib.sha256()
     for name, p in _walk(tree, exclude):
         h.update(f"{name}\0{p.lstat().st_mode:o}\0".encode())
         if p.is_symlink():
             h.update(b"L" + os.readlink(p).encode())
+        elif name.startswith(OWNER_RECORDS):
+            h.update(b"O")
         elif p.is_file():
             h.update(b"F" + hashlib.sha256(p.read_bytes()).digest())
         h.update(b"\n")

@@ -266,6 +266,27 @@ exec "$real" "$@"
         path.chmod(0o755)
         return path
 
+    def drop_on_output(self, pattern: str, how: str = "host") -> Path:
+        """When a unit's script first prints a line matching the glob `pattern`, its connection is lost `how`:
+
+        * ``host`` — the host's side dies with the command (its whole session, process group and all);
+        * ``client`` — the connection's sshd process is killed: the client sees the connection drop while the
+          command runs on at the host until it next writes to the closed connection.
+
+        The provider runs every unit script as `bash /tmp/gpuhosts-unit.*` (templates/common/run.sh.j2); this
+        `bash` comes first on PATH, hands everything else to the real one and fires once, on the marker line.
+        The returned path exists once it has fired."""
+        kill = {
+            "host": "kill -KILL 0",
+            "client": _KILL_SSHD_SESSION,
+        }[how]
+        path = self.fault_bin / "bash"
+        fired = self.fault_bin / ".bash.fired"
+        fired.unlink(missing_ok=True)
+        path.write_text(_DROP_ON_OUTPUT.format(pattern=shlex.quote(pattern), fired=shlex.quote(str(fired)), kill=kill))
+        path.chmod(0o755)
+        return fired
+
     def ssh_argv(self, command: str, *options: str) -> list[str]:
         """The system ssh client as the executor uses it: pinned host key, key authentication, no sent variables."""
         return ssh_argv(self.host, self.port, self.user, self.known_hosts, self.private_key, command, *options)
@@ -288,3 +309,30 @@ def ssh_argv(host: str, port: int, user: str, known_hosts: Path, private_key: Pa
         f"{user}@{host}",
         command,
     ]
+
+
+_KILL_SSHD_SESSION = """pid=$$
+        while [ "$pid" -gt 1 ]; do
+          case "$(cat "/proc/$pid/comm")" in sshd*) kill -KILL "$pid"; break ;; esac
+          pid="$(awk '{print $4}' "/proc/$pid/stat")"
+        done"""
+
+_DROP_ON_OUTPUT = """#!/bin/bash
+# Runs a unit script with its output watched for one marker line; anything else goes to the real bash.
+pattern={pattern}
+fired={fired}
+if [ "$#" = 1 ] && [[ "$1" == /tmp/gpuhosts-unit.* ]] && [ ! -e "$fired" ]; then
+  /bin/bash "$1" | while IFS= read -r line; do
+    printf '%s\\n' "$line"
+    # shellcheck disable=SC2254  # the pattern is a glob
+    case "$line" in
+      $pattern)
+        : >"$fired"
+        {kill}
+        ;;
+    esac
+  done
+  exit "${{PIPESTATUS[0]}}"
+fi
+exec /bin/bash "$@"
+"""
