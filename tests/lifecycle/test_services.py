@@ -1,8 +1,8 @@
 """kpro5 with its inference services, over SSH: secrets travel only on stdin, the deploy gate runs after the
-service and again only when the service changed, and destroy keeps the weights.
+service and again only when the service changed, downloads start without waiting for an engine, destroy keeps
+the weights.
 
-The executor searches nothing itself: these tests read its command log, its state, the plan and the host's files
-for the secret values.
+The tests search the provider's log, the state, the plan and the host's files for the secret values.
 """
 
 from __future__ import annotations
@@ -11,17 +11,15 @@ import json
 
 import pytest
 
-from components.deploy_gate import parse_gate_output
-from engine_standin import Engine, start_engine
-from sshhost.bed import SECRETS, Bed
+from engine_standin import Engine as EngineStandin, start_engine
 from sshhost import free_port
+from sshhost.bed import SECRETS, Bed, names
 
-SERVICE_COMMANDS = ["kpro5-ct129-env-qwen-sglang", "kpro5-ct129-env-qwen-vllm-dflash", "kpro5-ct129-model-qwen3-6-27b",
-                    "kpro5-ct129-model-qwen3-6-27b-dflash", "kpro5-ct129-service-qwen-vllm-dflash",
-                    "kpro5-ct129-service-qwen-sglang", "kpro5-ct129-gate-qwen-sglang"]
+SERVICE_UNITS = ["ct129-env-qwen-sglang", "ct129-env-qwen-vllm-dflash", "ct129-model-qwen3-6-27b",
+                 "ct129-model-qwen3-6-27b-dflash", "ct129-service-qwen-vllm-dflash", "ct129-service-qwen-sglang",
+                 "ct129-gate-qwen-sglang"]
 KEY_FILES = ("var/lib/lxc/129/rootfs/etc/gpuhosts/qwen-sglang.env",
              "var/lib/lxc/129/rootfs/etc/gpuhosts/qwen-vllm-dflash.env")
-
 
 
 @pytest.fixture
@@ -38,50 +36,80 @@ def ports():
 
 @pytest.fixture
 def engine(ports):
-    server = start_engine(Engine(kind="sglang", sglang_length=3.4, sglang_rate=0.8, key=SECRETS["llmApiKey"]), ports[0])
+    server = start_engine(EngineStandin(kind="sglang", sglang_length=3.4, sglang_rate=0.8, key=SECRETS["llmApiKey"]),
+                          ports[0])
     yield server
     server.shutdown()
     server.server_close()
 
 
 def leaks(bed: Bed, plans: list) -> list[str]:
-    """Every file of the host, the plans, the command log and the state that holds a secret value, apart from the
-    services' key files."""
+    """Every file of the host, the plans, the provider's log and the state that holds a secret value, apart from
+    the services' key files."""
     places = [p for p in bed.tree.rglob("*") if p.is_file() and not p.is_symlink()
               and str(p.relative_to(bed.tree)) not in KEY_FILES]
     places += [p for plan in plans for p in plan.rglob("*") if p.is_file()]
-    places += [bed.executor.log_file, bed.executor.state_file]
-    return [str(p) for p in places for value in SECRETS.values() if value.encode() in p.read_bytes()]
+    places += [bed.engine.state_file]
+    found = [str(p) for p in places for value in SECRETS.values() if value.encode() in p.read_bytes()]
+    found += [f"provider log: {line}" for line in bed.engine.log for value in SECRETS.values() if value in line]
+    return found
 
 
 def test_up_again_and_destroy_with_services(bed, ports, engine):
     values = bed.services_values(*ports)
     plan = bed.plan(values)
-    first = bed.up(plan=plan)
-    assert [r.name for r in first][-len(SERVICE_COMMANDS):] == SERVICE_COMMANDS
-    gate = parse_gate_output(first[-1].stdout)
-    assert gate["passed"] and gate["acceptance_length"] == pytest.approx(3.4), first[-1].stdout
+    first = bed.up(values)
+    created = names(first, "create")
+    assert set(SERVICE_UNITS) <= set(created) and created[-1] == "ct129-gate-qwen-sglang", created
+    # The downloads did not wait for the engines' environments: both ran in the same wave as them.
+    state = {e["name"]: e for e in bed.engine.state().values()}
+    env_urn = next(u for u, e in bed.engine.state().items() if e["name"] == "ct129-env-qwen-sglang")
+    assert env_urn not in state["ct129-model-qwen3-6-27b"]["dependencies"]
+    gate = state["ct129-gate-qwen-sglang"]["outputs"]["report"]
+    assert gate["passed"] and gate["acceptance_length"] == pytest.approx(3.4), gate
     downloads = (bed.tree / "var/log/fakehost/hf.log").read_text()
     assert "z-lab/Qwen3.6-27B-DFlash@main -> /srv/models/Qwen3.6-27B-DFlash fetched=2 reused=0 token=yes rc=0" in downloads
     key_file = bed.tree / KEY_FILES[0]
     assert key_file.read_text() == f"GPUHOSTS_API_KEY={SECRETS['llmApiKey']}\n"
 
-    again = bed.up(plan=bed.plan(values))
-    assert again == [], [r.name for r in again]
+    again = bed.up(values)
+    assert names(again) == []
 
-    # A changed service re-runs its own step and its gate, nothing else.
+    # A changed service re-runs its own unit and its gate, nothing else.
     values["services"][0]["contextLength"] = 65536
     changed_plan = bed.plan(values)
-    changed = bed.up(plan=changed_plan)
-    assert [(r.name, r.operation) for r in changed] == [("kpro5-ct129-service-qwen-sglang", "update"),
-                                                        ("kpro5-ct129-gate-qwen-sglang", "update")]
-    assert "restarted gpuhosts-qwen-sglang.service" in changed[0].stdout
+    changed = bed.up(values)
+    assert names(changed) == ["ct129-service-qwen-sglang", "ct129-gate-qwen-sglang"]
+    assert all(op.operation == "update" for op in changed if op.operation != "read")
 
-    gone = bed.destroy()
-    removed = [r.name for r in gone][:len(SERVICE_COMMANDS)]
-    assert removed[:3] == ["kpro5-ct129-gate-qwen-sglang", "kpro5-ct129-service-qwen-sglang",
-                           "kpro5-ct129-service-qwen-vllm-dflash"]
-    assert sorted(removed) == sorted(SERVICE_COMMANDS)
+    stored = bed.engine.state()
+    gone = names(bed.destroy())
+    assert gone[:2] == ["ct129-gate-qwen-sglang", "ct129-service-qwen-sglang"]
+    assert set(SERVICE_UNITS) <= set(gone)
+    position = {name: index for index, name in enumerate(gone)}
+    for entry in stored.values():
+        for dependency in entry["dependencies"]:
+            if dependency in stored and entry["name"] in position:
+                assert position[entry["name"]] < position[stored[dependency]["name"]], (entry["name"], dependency)
     assert json.loads((bed.tree / "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json").read_text())
     assert not key_file.exists()
     assert leaks(bed, [plan, changed_plan]) == []
+
+
+def test_a_rotated_api_key_shows_as_a_change_of_the_services_that_read_it(bed, ports, engine):
+    values = bed.services_values(*ports)
+    bed.up(values)
+    before = {e["name"]: e["inputs"].get("secret") for e in bed.engine.state().values()}
+    rotated = "sk-rotated-key-9f1d77"
+    bed.engine.config["gpuhosts:llmApiKey"] = rotated
+    original = SECRETS["llmApiKey"]
+    SECRETS["llmApiKey"] = rotated
+    try:
+        preview = bed.preview(values)
+    finally:
+        SECRETS["llmApiKey"] = original
+    changed = preview.changed()
+    assert set(changed) == {"ct129-service-qwen-sglang", "ct129-service-qwen-vllm-dflash"}, changed
+    assert all(change.diffs == ["secret.digest"] for change in changed.values()), changed
+    # Only a digest of the key is an input, never the key.
+    assert all(rotated not in json.dumps(entry) and original not in json.dumps(entry) for entry in before.values())
