@@ -8,6 +8,8 @@ from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
 UNIT = "nvidia-driver"
+# The boot unit of LxcGpuPassthrough (components/lxc_gpu_passthrough.py), named here to keep the modules apart.
+UVM_UNIT = "gpuhosts-nvidia-uvm.service"
 PERSISTENCED_UNIT = "gpuhosts-nvidia-persistenced.service"
 
 
@@ -34,7 +36,7 @@ def driver_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
 
 def plan_nvidia_driver(config: StackConfig, needs: tuple[str, ...]) -> Unit:
     files = render_files(config)
-    values = dict(unit=UNIT, nvidia=config.nvidia, persistenced_unit_name=PERSISTENCED_UNIT,
+    values = dict(unit=UNIT, nvidia=config.nvidia, persistenced_unit_name=PERSISTENCED_UNIT, uvm_unit_name=UVM_UNIT,
                   nvidia_gpus=[gpu.address for gpu in config.nvidia_gpus], **files)
     facts = driver_facts(config, files)
     return Unit(

@@ -125,3 +125,50 @@ def node_values(root: Path) -> dict:
     training["dataset"].update(source=f"file://{root / 'dataset'}/", manifestSha256=hashlib.sha256(manifest).hexdigest(),
                                sizeGb=0.1)
     return values
+
+
+class TrainerBed:
+    """The training node behind its own sshd, with an engine and the program of its stack, for lifecycle tests."""
+
+    TOKEN = "hf_TrainerBedToken4c2a90"
+
+    def __init__(self, root: Path):
+        from engine import Engine
+        from sshhost import SshHost
+        from sshhost.bed import record_program
+        import yaml
+
+        self.root = root
+        self.tree = prepare_node(root)
+        self.ssh = SshHost(self.tree, root / "ssh").start()
+        self.values = node_values(root)
+        self.values["node"]["ssh"].update(host=self.ssh.host, port=self.ssh.port, user=self.ssh.user,
+                                          hostKey=self.ssh.host_key)
+        self.stack_file = root / "Pulumi.trainer.yaml"
+        self.stack_file.write_text(yaml.safe_dump({"config": {f"gpuhosts:{k}": v for k, v in self.values.items()}},
+                                                  sort_keys=False))
+        secrets = {"sshPrivateKey": self.ssh.private_key.read_text(), "hfToken": self.TOKEN}
+        self.engine = Engine(root / "state.json", {f"gpuhosts:{k}": v for k, v in secrets.items()})
+        self._program = record_program(self.stack_file, "trainer", secrets)
+        self.server = StateServer(self.tree / "data/hidden_states", self.values["training"]["server"]["port"])
+
+    def program(self, values=None) -> list:
+        return self._program
+
+    def up(self, values=None, program=None, **options):
+        return self.engine.up(program or self._program, **options)
+
+    def preview(self, values=None, program=None, **options):
+        return self.engine.preview(program or self._program, **options)
+
+    def on_host(self, command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(self.ssh.ssh_argv(command), capture_output=True, text=True, timeout=300)
+
+    def digest(self) -> str:
+        from fakehost.tree import tree_digest
+
+        return tree_digest(self.tree)
+
+    def close(self) -> None:
+        self.server.close()
+        self.ssh.stop()

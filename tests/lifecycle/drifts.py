@@ -1,0 +1,90 @@
+"""Hand-made changes to a converged host (drift), as data: what is done on the host, and what the preview must name.
+
+Each case tampers over SSH as an operator would, then `pulumi preview` (with its refresh) must show the unit and
+the field, `pulumi up` must run that unit's ensure and nothing else, and two previews after it must be clean.
+`refuse` cases are drift that ensure must not repair: the preview shows it, `up` refuses, and nothing changes.
+Shared by tests/lifecycle/test_drift.py and `make lifecycle`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from fakehost.installer import make_fake_run
+
+OTHER_DRIVER = "580.159.04"
+
+
+@dataclass(frozen=True)
+class Drift:
+    name: str
+    stack: str                          # kpro5 (with its services) or trainer
+    tamper: Callable                    # (bed-like: .on_host(command) -> CompletedProcess, .root) -> None
+    shown: dict[str, str]               # unit -> a fact name that must be among the diff's paths
+    repaired_by: tuple[str, ...] = ()   # the units whose ensure runs; default: the units shown
+    refuse: str = ""                    # for drift ensure must not repair: the words of the refusal
+
+    @property
+    def repairs(self) -> tuple[str, ...]:
+        return self.repaired_by or tuple(sorted(self.shown))
+
+
+def on_host(command: str):
+    def tamper(bed) -> None:
+        result = bed.on_host(command)
+        assert result.returncode == 0, f"{command}: {result.stdout}{result.stderr}"
+    return tamper
+
+
+def other_driver_loaded(bed) -> None:
+    """An apt upgrade brought another driver: its user space and its module, loaded after the upgrade."""
+    run = bed.root / f"NVIDIA-Linux-x86_64-{OTHER_DRIVER}.run"
+    make_fake_run(run, OTHER_DRIVER)
+    on_host("systemctl stop gpuhosts-nvidia-persistenced.service && pct stop 129 && "
+            f"for m in nvidia_uvm nvidia; do modprobe -r $m; done && sh {run} --silent --dkms && "
+            "systemctl restart gpuhosts-nvidia-uvm.service && pct start 129")(bed)
+
+
+def vm_takes_a_container_gpu(bed) -> None:
+    on_host("printf 'name: grabber\\nhostpci0: 0000:61:00,pcie=1\\nmemory: 8192\\n' "
+            ">\"$GPUHOSTS_HOST_ROOT/etc/pve/qemu-server/105.conf\" && "
+            "systemctl disable --now gpuhosts-nvidia-persistenced.service && qm start 105")(bed)
+
+
+CONTAINER = 'pct exec 129 -- bash -c '
+
+DRIFTS = [
+    Drift("devN removed from CT 129", "kpro5",
+          on_host("pct set 129 --delete \"$(pct config 129 | sed -n 's|^\\(dev[0-9]*\\): /dev/nvidiactl$|\\1|p')\""),
+          {"ct129-gpu-devices": 'facts["device /dev/nvidiactl"]'}),
+    Drift("3090 override file deleted", "kpro5",
+          on_host('rm "$GPUHOSTS_HOST_ROOT/usr/local/lib/gpuhosts/vfio-override.sh"'),
+          {"vfio-binding": 'facts["file /usr/local/lib/gpuhosts/vfio-override.sh"]'}),
+    Drift("IOMMU argument removed from /etc/kernel/cmdline", "kpro5",
+          on_host('sed -i "s/ iommu=pt//" "$GPUHOSTS_HOST_ROOT/etc/kernel/cmdline"'),
+          {"vfio-binding": 'facts["kernel argument iommu=pt"]'}),
+    Drift("nvidia-persistenced disabled", "kpro5",
+          on_host("systemctl disable --now gpuhosts-nvidia-persistenced.service"),
+          {"nvidia-driver": 'facts["systemd gpuhosts-nvidia-persistenced.service"]'}),
+    Drift("service unit edited by hand", "kpro5",
+          on_host(CONTAINER + "'printf \"Nice=5\\n\" >>\"${GPUHOSTS_HOST_ROOT:-}/etc/systemd/system/gpuhosts-qwen-sglang.service\"'"),
+          {"ct129-service-qwen-sglang": 'facts["file /etc/systemd/system/gpuhosts-qwen-sglang.service"]'}),
+    Drift("service stopped", "kpro5", on_host(CONTAINER + "'systemctl stop gpuhosts-qwen-sglang.service'"),
+          {"ct129-service-qwen-sglang": 'facts["systemd gpuhosts-qwen-sglang.service"]'}),
+    Drift("another driver loaded, the container's user space no longer matches", "kpro5", other_driver_loaded,
+          {"nvidia-driver": 'facts["loaded module"]', "ct129-nvidia-userspace": 'facts["host module"]'}),
+    Drift("model weights deleted", "kpro5",
+          on_host(CONTAINER + "'rm -rf \"${GPUHOSTS_HOST_ROOT:-}/srv/models/Qwen3.6-27B\"'"),
+          {"ct129-model-qwen3-6-27b": 'facts["weights /srv/models/Qwen3.6-27B"]'}),
+    Drift("hidden-state server unit removed", "trainer",
+          on_host('rm "$GPUHOSTS_HOST_ROOT/etc/systemd/system/gpuhosts-hidden-state-server.service"'),
+          {"hidden-state-server": 'facts["file /etc/systemd/system/gpuhosts-hidden-state-server.service"]'}),
+    Drift("monitor unit edited", "trainer",
+          on_host('printf "Nice=5\\n" >>"$GPUHOSTS_HOST_ROOT/etc/systemd/system/gpuhosts-training-monitor.service"'),
+          {"training-monitor": 'facts["file /etc/systemd/system/gpuhosts-training-monitor.service"]'}),
+    Drift("a running VM holds a GPU meant for the container", "kpro5", vm_takes_a_container_gpu,
+          {"vfio-binding": 'facts["running VM with 0000:61:00"]', "ct129-gpu-devices": 'facts["device 0000:61:00.0"]',
+           "nvidia-driver": 'facts["systemd gpuhosts-nvidia-persistenced.service"]'},
+          refuse="VM 105 is running with 0000:61:00 passed through"),
+]

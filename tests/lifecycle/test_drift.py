@@ -1,0 +1,83 @@
+"""Drift: a host changed by hand is shown by `pulumi preview` (unit and field), repaired by `pulumi up` through that
+unit's ensure alone, and clean afterwards; drift that ensure must not repair is shown and refused, nothing changed.
+
+The refresh runs each unit's read-only probe through the host-unit provider (gpuhosts/provider.py `read`); the
+cases are data (tests/lifecycle/drifts.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import ApplyError
+from engine_standin import Engine as EngineStandin, start_engine
+from lifecycle.drifts import DRIFTS, Drift
+from sshhost import free_port
+from sshhost.bed import SECRETS, Bed, names
+from trainer_node import TrainerBed
+
+
+@pytest.fixture(scope="module")
+def standin():
+    port = free_port()
+    server = start_engine(EngineStandin(kind="sglang", sglang_length=3.4, sglang_rate=0.8, key=SECRETS["llmApiKey"]),
+                          port)
+    yield port
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def kpro5_template(tmp_path_factory, standin):
+    bed = Bed.seed(tmp_path_factory.mktemp("drift") / "template")
+    values = bed.services_values(standin, free_port())
+    bed.up(values)
+    yield bed, values
+    bed.close()
+
+
+def check_drift(bed, drift: Drift, values=None) -> None:
+    program = bed.program(values)
+    assert bed.preview(program=program).changed() == {}, "not in sync before the change"
+    drift.tamper(bed)
+    preview = bed.preview(program=program)
+    changed = preview.changed()
+    assert set(changed) == set(drift.shown), {k: v.diffs for k, v in changed.items()}
+    for unit, path in drift.shown.items():
+        assert changed[unit].operation == "update" and path in changed[unit].diffs, (unit, changed[unit].diffs)
+    if drift.refuse:
+        before = bed.digest()
+        with pytest.raises(ApplyError) as caught:
+            bed.up(program=program)
+        assert "refused:" in str(caught.value) and drift.refuse in str(caught.value), str(caught.value)
+        assert bed.digest() == before, "the host changed while refusing"
+        assert set(bed.preview(program=program).changed()) == set(drift.shown), "the drift is no longer shown"
+        return
+    ops = bed.up(program=program)
+    assert sorted(names(ops)) == sorted(drift.repairs), names(ops)
+    assert all(op.operation == "update" for op in ops if op.operation != "read")
+    for _ in range(2):
+        again = bed.preview(program=program)
+        assert again.changed() == {} and again.refreshed == {}, again.changed()
+
+
+@pytest.mark.parametrize("drift", [d for d in DRIFTS if d.stack == "kpro5"], ids=lambda d: d.name)
+def test_kpro5_drift_is_shown_and_repaired(kpro5_template, tmp_path, drift):
+    template, values = kpro5_template
+    bed = Bed.copy_of(template, tmp_path / "bed")
+    try:
+        values = dict(values, host={**values["host"], "ssh": {**values["host"]["ssh"], "port": bed.ssh.port,
+                                                             "hostKey": bed.ssh.host_key}})
+        check_drift(bed, drift, values)
+    finally:
+        bed.close()
+
+
+@pytest.mark.parametrize("drift", [d for d in DRIFTS if d.stack == "trainer"], ids=lambda d: d.name)
+def test_trainer_drift_is_shown_and_repaired(tmp_path, drift):
+    bed = TrainerBed(tmp_path)
+    try:
+        bed.up()
+        check_drift(bed, drift)
+    finally:
+        bed.close()
