@@ -29,9 +29,10 @@ class HostUnit(pulumi.dynamic.Resource):
         super().__init__(PROVIDER, name, props, opts)
 
 
-def target_of(ssh, name: str) -> dict[str, Any]:
+def target_of(ssh) -> dict[str, Any]:
     """Where the units' commands go; no secret (the key comes from the stack config in the provider)."""
-    return {"name": name, "address": ssh.host, "port": ssh.port, "user": ssh.user, "hostKey": ssh.host_key}
+    # The host's name is left out: renaming it must not change a unit's inputs (its resources keep their names).
+    return {"address": ssh.host, "port": ssh.port, "user": ssh.user, "hostKey": ssh.host_key}
 
 
 def materialize(graph: UnitGraph, parent: pulumi.Resource, target: dict[str, Any],

@@ -109,7 +109,7 @@ class ProxmoxHost(pulumi.ComponentResource):
         name = config.host.name
         super().__init__("gpuhosts:host:ProxmoxHost", name, None, opts)
         graph = plan_host(config)
-        self.units = materialize(graph, self, target_of(config.host.ssh, name), secrets or {})
+        self.units = materialize(graph, self, target_of(config.host.ssh), secrets or {})
         self.reboot_required = pulumi.Output.all(*(u.rebootRequired for u in self.units.values())).apply(
             lambda flags: any(bool(flag) for flag in flags))
         gates = {s.name: self.units[f"ct{s.container}-gate-{s.name}"].report

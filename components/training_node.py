@@ -273,6 +273,6 @@ class TrainingNode(pulumi.ComponentResource):
         name = stack.node.name
         super().__init__("gpuhosts:training:TrainingNode", name, None, opts)
         plan = plan_training_node(stack)
-        self.units = materialize(plan.graph, self, target_of(stack.node.ssh, name), secrets)
+        self.units = materialize(plan.graph, self, target_of(stack.node.ssh), secrets)
         self.summary = plan.summary
         self.register_outputs({"training": plan.summary})

@@ -270,7 +270,9 @@ class Engine:
         finally:
             self._stop()
 
-    def up(self, program: list[dict[str, Any]], refresh: bool = True, targets: list[str] | None = None) -> list[Op]:
+    def up(self, program: list[dict[str, Any]], refresh: bool = True, targets: list[str] | None = None,
+           replace: list[str] = ()) -> list[Op]:
+        """`pulumi up`; `targets`: `--target` (only those), `replace`: `--replace` (those replaced, create first)."""
         self._start()
         first = len(self.ops)
         try:
@@ -279,6 +281,9 @@ class Engine:
                 self.refresh(stored)
                 self._save(stored)
             steps = self._steps(program, stored)
+            for name in replace:
+                change, checked = steps[name]
+                steps[name] = (Change("replace", ["--replace"]), checked)
             wanted = {r["urn"]: r for r in program}
             if targets is not None:
                 unknown = set(targets) - {r["name"] for r in program}
