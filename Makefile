@@ -35,9 +35,9 @@ test: $(VENV)/.synced system-deps
 golden: $(VENV)/.synced
 	GPUHOSTS_UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/test_golden.py
 
-# Up, up again, a change, destroy and injected faults on the simulated kpro5 over SSH; prints the figures.
+# Lifecycle, faults, renames, drift, refresh and parallelism on the simulated hosts over SSH; prints the figures.
 lifecycle: $(VENV)/.synced system-deps
-	$(VENV)/bin/python -m gpuhosts.lifecycle
+	PYTHONPATH=tests:. $(VENV)/bin/python tests/lifecycle_figures.py
 
 bench: $(VENV)/.synced
 	$(VENV)/bin/python -m gpuhosts.bench

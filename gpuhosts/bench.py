@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 ROUNDS = 7
-IMPORTS = [sys.executable, "-c", "import pulumi, pulumi_command, yaml, jinja2, pydantic"]
+IMPORTS = [sys.executable, "-c", "import pulumi, paramiko, yaml, jinja2, pydantic"]
 
 
 def timed(argv: list[str]) -> float:

@@ -11,7 +11,10 @@ import jinja2
 from gpuhosts import protocol
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES = PROJECT_ROOT / "templates"
+# An installed wheel carries the templates inside the package (pyproject.toml force-include); a checkout has them
+# at its root.
+_PACKAGED = Path(__file__).resolve().parent / "templates"
+TEMPLATES = _PACKAGED if _PACKAGED.is_dir() else PROJECT_ROOT / "templates"
 HEREDOC_END = "GPUHOSTS_EOF"
 
 

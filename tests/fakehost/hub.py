@@ -15,7 +15,7 @@ import sys
 from fnmatch import fnmatch
 
 from .pytools import host_path, put
-from .util import Fail, root, settings, tree, unprefix, write
+from .util import stand_in_duration, Fail, root, settings, tree, unprefix, write
 
 # what the metadata files say about when a file came: a constant, so two downloads give identical trees
 FETCHED_AT = "1767225600.0"
@@ -154,6 +154,7 @@ def cmd_hf(argv):
         cache = ldir / ".cache/huggingface"
         put(cache / ".gitignore", "*")
         fail_after = settings().get("hf_fail_after_files")
+        stand_in_duration("download")
         if not a["quiet"]:
             print(f"Fetching {len(names)} files", file=sys.stderr)
         for name in names:

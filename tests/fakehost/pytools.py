@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .util import Fail, root, settings, unprefix, write
+from .util import stand_in_duration, Fail, root, settings, unprefix, write
 
 PACKAGES = ".fakehost-packages.json"
 SYSTEM_PYTHON = "3.11.2"  # Debian 12
@@ -232,6 +232,8 @@ def pip(venv: Path, args) -> int:
         spec = next(s for s in specs if parse_spec(s)[0] == bad)
         raise Fail(f"ERROR: Could not find a version that satisfies the requirement {spec} (from versions: none)\n"
                    f"ERROR: No matching distribution found for {spec}", 1)
+    if any(parse_spec(spec)[0] in ("sglang", "vllm", "speculators") for spec in specs):
+        stand_in_duration("env")
     changes = install(venv, specs)
     if not quiet:
         changed = {n for n, _, _ in changes}
@@ -316,6 +318,8 @@ def uv_install(venv: Path, specs, quiet) -> int:
         raise Fail(f"error: Failed to fetch: `{url}`\n  Caused by: Request failed after 3 retries\n  Caused by: "
                    f"error sending request for url ({url})\n  Caused by: client error (Connect)\n  Caused by: dns "
                    f"error: failed to lookup address information: Temporary failure in name resolution", 2)
+    if any(parse_spec(spec)[0] in ("sglang", "vllm", "speculators") for spec in specs):
+        stand_in_duration("env")
     changes = install(venv, specs)
     if not quiet:
         if not changes:
