@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuhosts.config import ContainerConfig, StackConfig
-from gpuhosts.facts import Fact, desired, file_fact, render_probe, systemd_fact
+from gpuhosts.facts import Fact, desired, file_fact, observation, render_probe, systemd_fact
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
@@ -47,6 +47,10 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig, need
     facts = [Fact(f"device {gpu.address}", f"container_device_of_gpu {gpu.address}", "passed")
              for gpu in config.container_gpus(container.vmid)]
     facts += [Fact(f"device {node}", f"container_device {node}", "passed") for node in CONTROL_NODES]
+    # What the host's driver decided, for the record: the GPUs' minors and the dynamic majors.
+    facts += [observation(f"minor of {gpu.address}", f"gpu_minor {gpu.address}")
+              for gpu in config.container_gpus(container.vmid)]
+    facts += [observation(f"major of {name}", f"char_major {name}") for name in ("nvidia-uvm", "nvidia-caps")]
     prelude = render("lxc_gpu_passthrough/probe-helpers.sh.j2", **values)
     return Unit(
         key=unit,

@@ -30,6 +30,7 @@ def driver_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
         Fact("installed user space", "userspace_version", version),
         # Until a reboot finishes an upgrade the old module stays loaded; the preview shows that as drift.
         Fact("loaded module", "module_version", version),
+        Fact("loaded module type", "module_type", config.nvidia.kernel_module_type.value),
         systemd_fact(PERSISTENCED_UNIT),
     ]
 

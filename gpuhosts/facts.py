@@ -18,9 +18,16 @@ MISSING = "missing"
 
 @dataclass(frozen=True)
 class Fact:
+    """`desired` None: an observation only (a GPU's minor, a dynamic major), reported as the resource's output
+    `observed` and never compared, since no plan can know it."""
+
     name: str
     probe: str
-    desired: str
+    desired: str | None
+
+
+def observation(name: str, probe: str) -> Fact:
+    return Fact(f"observed: {name}", probe, None)
 
 
 def file_digest(content: str, mode: str) -> str:
@@ -60,4 +67,4 @@ def render_probe(unit: str, facts: list[Fact], *, prelude: str = "", vmid: int |
 
 
 def desired(facts: list[Fact]) -> dict[str, str]:
-    return {fact.name: fact.desired for fact in facts}
+    return {fact.name: fact.desired for fact in facts if fact.desired is not None}

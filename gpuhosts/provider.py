@@ -38,6 +38,8 @@ from gpuhosts.ssh import ConnectionDropped, Pool, SshError, Target, Unreachable
 NAMESPACE = "gpuhosts"
 SSH_KEY = f"{NAMESPACE}:sshPrivateKey"
 INPUT_KEYS = ("host", "unit", "kind", "ensure", "teardown", "probe", "facts", "secret")
+# The probe names an observation (a fact no plan can know) with this prefix; it becomes the output `observed`.
+OBSERVATION = "observed: "
 # After a reboot the host is dialled again until another boot id answers.
 REBOOT_SETTLE_S = 20.0
 REBOOT_WAIT_S = 900.0
@@ -92,10 +94,18 @@ class HostUnitProvider(ResourceProvider):
 
     def read(self, resource_id: str, props: dict[str, Any]) -> ReadResult:
         observed = self.observe(props)
+        # Facts the plan declares are compared; the rest (minors, dynamic majors) are observations only.
+        declared = props.get("facts") or {}
+        facts = {name: observed.get(name, "not reported") for name in declared}
+        facts.update({name: value for name, value in observed.items() if name not in declared and
+                      not name.startswith(OBSERVATION)})
+        observations = {name[len(OBSERVATION):]: value for name, value in observed.items()
+                        if name.startswith(OBSERVATION)}
         inputs = {key: props.get(key) for key in INPUT_KEYS}
-        inputs["facts"] = observed
+        inputs["facts"] = facts
         inputs.update(rebootRequired=None, report=None)
-        return ReadResult(resource_id, outs={**props, "facts": observed}, inputs=inputs)
+        outs = {**props, "facts": facts, "observed": observations or None}
+        return ReadResult(resource_id, outs=outs, inputs=inputs)
 
     # --- the work ---------------------------------------------------------------------------------------------
     def observe(self, props: dict[str, Any]) -> dict[str, Any]:
