@@ -139,6 +139,7 @@ class TrainerBed:
         import yaml
 
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.tree = prepare_node(root)
         self.ssh = SshHost(self.tree, root / "ssh").start()
         self.values = node_values(root)
