@@ -80,6 +80,9 @@ def stand_in_secrets(values: dict[str, Any], secure: set[str]) -> tuple[dict[str
 
 
 def _scrub(value: Any) -> Any:
+    # The wire format has only doubles: a port comes back as 22.0.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, dict):
         if value.get(SECRET_SIGNATURE) is not None:
             return SECRET

@@ -54,7 +54,7 @@ def test_no_file_refuses():
 @pytest.mark.parametrize("name, words, status", CASES, ids=[c[0] for c in CASES])
 def test_the_script_the_node_receives(tmp_path, name, words, status):
     plan = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS))
-    (script,) = [f for f in plan.server.files if f.path == CHECK_SCRIPT]
+    (script,) = [f for f in plan.graph["hidden-state-server"].files if f.path == CHECK_SCRIPT]
     assert script.content.startswith("#!/usr/bin/env python3\n# managed by gpuhosts")
     path = tmp_path / "check.py"
     path.write_text(script.content)

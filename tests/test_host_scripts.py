@@ -18,12 +18,17 @@ from conftest import KPRO5_SECRETS, kpro5_values
 from fakehost import host_env
 from fakehost import kernel
 from fakehost.installer import make_fake_run
-from fakehost.tree import seed_kpro5
+from fakehost.tree import seed_kpro5, tree_digest
 from fakehost.view import HostView
 from gpuhosts.config import validate_stack
-from gpuhosts.render import Step
+from gpuhosts.protocol import ProtocolError, parse_facts, parse_result
+from gpuhosts.provider import OBSERVATION
+from gpuhosts.units import Unit
 
 VERSION = "580.126.09"
+# A probe must change nothing, not even under run/ (a lock file, a reboot marker); only the stand-ins' own logs
+# of what they were asked may differ.
+STAND_IN_LOGS = ("var/log/fakehost",)
 A6000 = ("0000:41:00.0", "0000:61:00.0")
 RTX3090_FUNCTIONS = ("0000:01:00.0", "0000:01:00.1", "0000:21:00.0", "0000:21:00.1")
 
@@ -41,23 +46,42 @@ class Host(HostView):
         values.pop("services")
         return values
 
-    def steps(self, values: dict | None = None) -> list[Step]:
-        return plan_host(validate_stack(values or self.values(), KPRO5_SECRETS)).steps
+    def units(self, values: dict | None = None) -> list[Unit]:
+        return plan_host(validate_stack(values or self.values(), KPRO5_SECRETS)).apply_order
+
+    def unit(self, key: str, values: dict | None = None) -> Unit:
+        (found,) = [u for u in self.units(values) if u.key == key]
+        return found
 
     def run(self, script: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=host_env(self.tree),
                               timeout=120)
 
-    def apply(self, step: Step, operation: str = "create") -> str:
-        result = self.run(getattr(step, operation))
-        assert result.returncode == 0, f"{step.name} {operation} failed:\n{result.stdout}\n{result.stderr}"
+    def apply(self, unit: Unit, operation: str = "ensure") -> str:
+        result = self.run(getattr(unit, operation))
+        assert result.returncode == 0, f"{unit.key} {operation} failed:\n{result.stdout}\n{result.stderr}"
+        # Every ensure and teardown that succeeds ends with its result line (the provider fails a unit without one).
+        parse_result(result.stdout)
         return result.stdout
 
     def up(self, values: dict | None = None) -> dict[str, str]:
-        return {step.name: self.apply(step) for step in self.steps(values)}
+        return {unit.key: self.apply(unit) for unit in self.units(values)}
 
     def destroy(self, values: dict | None = None) -> dict[str, str]:
-        return {step.name: self.apply(step, "delete") for step in reversed(self.steps(values))}
+        return {unit.key: self.apply(unit, "teardown") for unit in reversed(self.units(values))}
+
+    def probe_output(self, unit: Unit) -> dict:
+        """Everything the unit's probe reports, observations included; the probe must leave the host as it found
+        it."""
+        before = tree_digest(self.tree, exclude=STAND_IN_LOGS)
+        result = self.run(unit.probe)
+        assert result.returncode == 0, f"{unit.key} probe failed:\n{result.stdout}\n{result.stderr}"
+        assert tree_digest(self.tree, exclude=STAND_IN_LOGS) == before, f"{unit.key}'s probe changed the host"
+        return parse_facts(result.stdout)
+
+    def probe(self, unit: Unit) -> dict:
+        """The facts the probe reports that a plan can declare; observations (minors, dynamic majors) left out."""
+        return {k: v for k, v in self.probe_output(unit).items() if not k.startswith(OBSERVATION)}
 
     def smi_in_container(self, vmid: int = 129) -> subprocess.CompletedProcess:
         return subprocess.run(["pct", "exec", str(vmid), "--", "nvidia-smi", "--query-gpu=pci.bus_id,driver_version",
@@ -111,14 +135,16 @@ def test_up_from_the_seed_reaches_the_kpro5_state(host):
     assert "iommu=pt" in host.text("/etc/kernel/cmdline")
     assert host.text("/etc/modprobe.d/vfio.conf").startswith("# gpuhosts: vfio-pci binds by PCI address now")
     assert "blacklist nouveau" in host.text("/etc/modprobe.d/gpuhosts-nouveau.conf")
-    assert all(out.rstrip().endswith("done: changed") for out in outputs.values()), outputs
-    assert "reboot required" in outputs["kpro5-vfio-binding"]
+    assert all(parse_result(out).changed for out in outputs.values()), outputs
+    assert parse_result(outputs["vfio-binding"]).reboot_required and "reboot required" in outputs["vfio-binding"]
+    # Both rebuild the initramfs; nothing a container unit does waits for a reboot.
+    assert [k for k, out in outputs.items() if parse_result(out).reboot_required] == ["vfio-binding", "nvidia-driver"]
 
 
 def test_second_up_changes_nothing(converged):
     before = converged.digest()
     outputs = converged.up()
-    assert all(out.rstrip().endswith("done: no change") for out in outputs.values()), outputs
+    assert not any(parse_result(out).changed for out in outputs.values()), outputs
     assert converged.digest() == before
 
 
@@ -141,27 +167,25 @@ def test_destroy_restores_the_start_keeps_the_container_disk_and_is_harmless_twi
         assert converged.driver(function) == "vfio-pci", function
 
     outputs = converged.destroy()
-    assert all(out.rstrip().endswith("done: no change") for out in outputs.values()), outputs
+    assert not any(parse_result(out).changed for out in outputs.values()), outputs
     assert converged.digest() == start
 
 
-def refused(host: Host, step: Step, words: str, operation: str = "create") -> None:
+def refused(host: Host, unit: Unit, words: str, operation: str = "ensure") -> None:
     before = host.digest()
-    result = host.run(getattr(step, operation))
-    assert result.returncode != 0, f"{step.name} should refuse:\n{result.stdout}"
+    result = host.run(getattr(unit, operation))
+    assert result.returncode != 0, f"{unit.key} should refuse:\n{result.stdout}"
     assert "refused:" in result.stderr and words in result.stderr, result.stderr
-    assert host.digest() == before, f"{step.name} changed the host while refusing"
-
-
-def step_named(steps: list[Step], suffix: str) -> Step:
-    return next(s for s in steps if s.name.endswith(suffix))
+    with pytest.raises(ProtocolError):
+        parse_result(result.stdout)
+    assert host.digest() == before, f"{unit.key} changed the host while refusing"
 
 
 def test_refuses_to_take_a_gpu_from_a_running_vm(tmp_path):
     tree = seed_kpro5(tmp_path / "kpro5", vms=((101, "win-3090", "0000:01:00", True), (103, "a6000-vm", "0000:41:00", True)))
     run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
     host = Host(tree, run_file, make_fake_run(run_file, VERSION))
-    refused(host, step_named(host.steps(), "vfio-binding"), "VM 103 is running with 0000:41:00 passed through")
+    refused(host, host.unit("vfio-binding"), "VM 103 is running with 0000:41:00 passed through")
 
 
 def moved_to_vfio(host: Host) -> dict:
@@ -174,7 +198,7 @@ def test_refuses_to_unbind_a_gpu_a_process_holds(converged):
     host = converged
     minor = host.minor("0000:61:00.0")
     kernel.hold(host.tree, f"/dev/nvidia{minor}", command="python3", compute=True, container=129)
-    refused(host, step_named(host.steps(moved_to_vfio(host)), "vfio-binding"), "holds /dev/nvidia")
+    refused(host, host.unit("vfio-binding", moved_to_vfio(host)), "holds /dev/nvidia")
 
 
 def test_refuses_to_unbind_a_gpu_persistence_mode_keeps(converged, tmp_path):
@@ -187,11 +211,11 @@ def test_refuses_to_unbind_a_gpu_persistence_mode_keeps(converged, tmp_path):
                           env=host_env(host.tree)).stdout.strip()
     (sticky / "nvidia-smi").write_text(f'#!/bin/bash\nfor a in "$@"; do [ "$a" = -pm ] && exit 0; done\nexec {real} "$@"\n')
     (sticky / "nvidia-smi").chmod(0o755)
-    step = step_named(host.steps(moved_to_vfio(host)), "vfio-binding")
+    unit = host.unit("vfio-binding", moved_to_vfio(host))
     before = host.digest()
     env = host_env(host.tree)
     env["PATH"] = f"{sticky}:{env['PATH']}"
-    result = subprocess.run(["bash", "-c", step.create], capture_output=True, text=True, env=env)
+    result = subprocess.run(["bash", "-c", unit.ensure], capture_output=True, text=True, env=env)
     assert result.returncode != 0, result.stdout
     assert 'persistence mode holds GPU 0000:61:00.0 and stays on: run "nvidia-smi -i 0000:61:00.0 -pm 0"' in result.stderr
     assert host.digest() == before
@@ -201,12 +225,14 @@ def test_persistence_that_can_be_released_is_released_and_the_gpu_moves(converge
     host = converged
     kernel.set_persistence(host.tree, "0000:61:00.0", "Enabled")
     values = moved_to_vfio(host)
-    for step in host.steps(values):
-        host.apply(step)
+    for unit in host.units(values):
+        host.apply(unit)
     assert host.driver("0000:61:00.0") == "vfio-pci" and host.driver("0000:61:00.1") == "vfio-pci"
     assert host.driver("0000:41:00.0") == "nvidia"
     assert "/dev/nvidia-uvm" in host.container_devices()
     assert len([d for d in host.container_devices() if d[len("/dev/nvidia"):].isdigit()]) == 1
+    for unit in host.units(values):
+        assert host.probe(unit) == unit.desired, unit.key
 
 
 def older_driver(host: Host, version: str = "570.148.08") -> dict:
@@ -223,25 +249,27 @@ def test_a_new_driver_version_upgrades_host_and_container_together(host):
     assert host.text("/sys/module/nvidia/version").strip() == VERSION
     smi = host.smi_in_container()
     assert smi.returncode == 0 and smi.stdout.count(VERSION) == 2, smi.stdout + smi.stderr
+    for key in ("nvidia-driver", "ct129-nvidia-userspace"):
+        assert host.probe(host.unit(key)) == host.unit(key).desired, key
 
 
 def test_driver_upgrade_refused_while_a_gpu_is_in_use(host):
     host.up(older_driver(host))
     minor = host.minor("0000:41:00.0")
     kernel.hold(host.tree, f"/dev/nvidia{minor}", command="sglang", compute=True, container=129)
-    refused(host, step_named(host.steps(), "nvidia-driver"), "is loaded and in use")
+    refused(host, host.unit("nvidia-driver"), "is loaded and in use")
 
 
 def test_container_user_space_refused_when_the_host_module_differs(host):
     host.up(older_driver(host))
-    refused(host, step_named(host.steps(), "ct129-nvidia-userspace"), "Driver/library version mismatch")
+    refused(host, host.unit("ct129-nvidia-userspace"), "Driver/library version mismatch")
 
 
 def test_container_devices_refused_without_nvidia_uvm(host):
-    steps = host.steps()
-    for step in steps[:2]:
-        host.apply(step)
-    refused(host, step_named(steps, "ct129-gpu-devices"), "/dev/nvidia-uvm is missing")
+    units = {u.key: u for u in host.units()}
+    for key in ("vfio-binding", "nvidia-driver"):
+        host.apply(units[key])
+    refused(host, units["ct129-gpu-devices"], "/dev/nvidia-uvm is missing")
 
 
 def test_grub_host_gets_the_kernel_arguments_and_gets_them_back(tmp_path):
@@ -254,6 +282,8 @@ def test_grub_host_gets_the_kernel_arguments_and_gets_them_back(tmp_path):
     host.up(values)
     assert 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt intel_iommu=on"' in host.text("/etc/default/grub")
     assert "iommu=pt intel_iommu=on" in host.text("/boot/grub/grub.cfg")
+    vfio = host.unit("vfio-binding", values)
+    assert host.probe(vfio) == vfio.desired and vfio.desired["kernel argument intel_iommu=on"] == "present"
     host.destroy(values)
     assert host.digest() == start
 
@@ -270,8 +300,10 @@ def test_the_kpro5_state_survives_a_reboot(converged):
     assert not (converged.tree / "run/gpuhosts/reboot-required").exists()
     smi = converged.smi_in_container()
     assert smi.returncode == 0 and smi.stdout.count(VERSION) == 2, smi.stdout + smi.stderr
+    for unit in converged.units():
+        assert converged.probe(unit) == unit.desired, unit.key
     outputs = converged.up()
-    assert all(out.rstrip().endswith("done: no change") for out in outputs.values()), outputs
+    assert not any(parse_result(out).changed for out in outputs.values()), outputs
 
 
 def test_refuses_to_take_a_gpu_from_a_running_vm_through_a_resource_mapping(tmp_path):
@@ -287,7 +319,7 @@ def test_refuses_to_take_a_gpu_from_a_running_vm_through_a_resource_mapping(tmp_
                        f"\tmap id=10de:2230,iommu-group=41,node={hostname},path=0000:61:00\n")
     run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
     host = Host(tree, run_file, make_fake_run(run_file, VERSION))
-    refused(host, step_named(host.steps(), "vfio-binding"), "VM 104 is running with 0000:61:00 passed through")
+    refused(host, host.unit("vfio-binding"), "VM 104 is running with 0000:61:00 passed through")
 
 
 @pytest.mark.parametrize("owed, running, says", [
@@ -296,12 +328,77 @@ def test_refuses_to_take_a_gpu_from_a_running_vm_through_a_resource_mapping(tmp_
 ])
 def test_a_container_restart_cut_off_is_finished_by_the_next_run(converged, owed, running, says):
     """A connection lost between `pct set devN` and the restart, or inside `pct reboot` between stop and start."""
-    devices = next(s for s in converged.steps() if s.name == "kpro5-ct129-gpu-devices")
+    devices = converged.unit("ct129-gpu-devices")
     if not running:
         assert converged.run("pct stop 129").returncode == 0
     (converged.tree / f"var/lib/gpuhosts/{owed}.owed").touch()
     output = converged.apply(devices)
-    assert says in output and "done: changed" in output
+    assert says in output and parse_result(output).changed
     assert converged.run("pct status 129").stdout.strip() == "status: running"
     assert not list((converged.tree / "var/lib/gpuhosts").glob("*.owed"))
-    assert "done: no change" in converged.apply(devices)
+    assert not parse_result(converged.apply(devices)).changed
+    assert converged.probe(devices) == devices.desired
+
+
+def host_unit_keys() -> list[str]:
+    values = kpro5_values()
+    values.pop("services")
+    return [unit.key for unit in plan_host(validate_stack(values, KPRO5_SECRETS))]
+
+
+@pytest.mark.parametrize("key", host_unit_keys())
+def test_after_up_the_probe_reports_the_desired_facts_and_changes_nothing(converged, key):
+    unit = converged.unit(key)
+    assert unit.desired, f"{key} declares no fact"
+    assert converged.probe(unit) == unit.desired
+
+
+@pytest.mark.parametrize("key", host_unit_keys())
+def test_on_the_seed_the_probe_reports_drift_in_the_same_facts(host, key):
+    unit = host.unit(key)
+    observed = host.probe(unit)
+    assert set(observed) == set(unit.desired)
+    assert observed != unit.desired, f"{key} reads as in sync on the seed"
+
+
+# Drift made by hand on a converged host: the one fact it touches, what the probe then reads, and whether the
+# unit's ensure repairs it (a stopped container is refused: starting one is the operator's decision).
+DRIFT = [
+    ("nvidia-driver", "rm $r/etc/modprobe.d/gpuhosts-nouveau.conf",
+     "file /etc/modprobe.d/gpuhosts-nouveau.conf", "missing", True),
+    ("nvidia-driver", "systemctl stop gpuhosts-nvidia-persistenced.service",
+     "systemd gpuhosts-nvidia-persistenced.service", "enabled inactive", True),
+    ("vfio-binding", "sed -i 's/ iommu=pt//' $r/etc/kernel/cmdline", "kernel argument iommu=pt", "absent", True),
+    ("vfio-binding", "rm $r/etc/modules-load.d/gpuhosts-vfio.conf", "file /etc/modules-load.d/gpuhosts-vfio.conf",
+     "missing", True),
+    ("nvidia-uvm-at-boot", "rm $r/dev/nvidia-uvm-tools", "node /dev/nvidia-uvm-tools", "missing", True),
+    ("ct129-gpu-devices", r"sed -i '/^dev[0-9]*: \/dev\/nvidiactl/d' $r/etc/pve/lxc/129.conf",
+     "device /dev/nvidiactl", "absent", True),
+    ("ct129-nvidia-userspace", "pct stop 129", "user space in ct129", "container 129 not running", False),
+]
+
+
+@pytest.mark.parametrize("key, drift, fact, observed, repaired", DRIFT,
+                         ids=[f"{key}: {fact}" for key, _, fact, _, _ in DRIFT])
+def test_the_probe_names_hand_made_drift_and_ensure_repairs_it(converged, key, drift, fact, observed, repaired):
+    unit = converged.unit(key)
+    made = converged.run(f"set -e\nr=$GPUHOSTS_HOST_ROOT\n{drift}")
+    assert made.returncode == 0, made.stderr
+    facts = converged.probe(unit)
+    assert {name: value for name, value in facts.items() if unit.desired.get(name) != value} == {fact: observed}
+    if repaired:
+        assert parse_result(converged.apply(unit)).changed
+        assert converged.probe(unit) == unit.desired
+
+
+def test_the_devices_probe_reports_what_the_driver_chose_as_observations(converged):
+    """Minors and dynamic majors are the host driver's choice: reported for the record, never desired."""
+    unit = converged.unit("ct129-gpu-devices")
+    reported = converged.probe_output(unit)
+    observed = {k[len(OBSERVATION):]: v for k, v in reported.items() if k.startswith(OBSERVATION)}
+    majors = dict(line.split()[::-1] for line in converged.text("/proc/devices").splitlines()
+                  if len(line.split()) == 2 and line.split()[0].isdigit())
+    assert observed == {**{f"minor of {a}": converged.minor(a) for a in A6000},
+                        "major of nvidia-uvm": majors["nvidia-uvm"], "major of nvidia-caps": majors["nvidia-caps"]}
+    # Everything else the probe reports is a declared fact.
+    assert {k for k in reported if not k.startswith(OBSERVATION)} == set(unit.desired)

@@ -22,7 +22,8 @@ def test_the_node_gets_the_flask_release_of_the_lock_file():
 
 def test_every_file_of_the_package_arrives_under_a_header():
     plan = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS))
-    shipped = {f.path.split("/gpuhosts_monitor/", 1)[1]: f.content for f in plan.monitor.files if "/gpuhosts_monitor/" in f.path}
+    monitor = plan.graph["training-monitor"]
+    shipped = {f.path.split("/gpuhosts_monitor/", 1)[1]: f.content for f in monitor.files if "/gpuhosts_monitor/" in f.path}
     local = {p.relative_to(MONITOR_PACKAGE).as_posix(): p.read_text() for p in MONITOR_PACKAGE.rglob("*")
              if p.is_file() and "__pycache__" not in p.parts}
     assert sorted(shipped) == sorted(local)
@@ -35,12 +36,12 @@ def test_the_unit_starts_what_the_cli_accepts(tmp_path):
     values = trainer_values()
     values["training"]["monitor"].update(bind="0.0.0.0", tokenSecret="monitorToken")
     plan = plan_training_node(validate_trainer_stack(values, TRAINER_SECRETS | {"monitorToken"}))
-    (unit,) = [f for f in plan.monitor.files if f.path.endswith(".service")]
+    (unit,) = [f for f in plan.graph["training-monitor"].files if f.path.endswith(".service")]
     exec_start = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit.content.replace("\\\n", " "), flags=re.M | re.S)[1]
     argv = shlex.split(exec_start)
     assert argv[1:3] == ["-m", "gpuhosts_monitor"]
     assert argv[argv.index("--bind") + 1] == "0.0.0.0" and argv[argv.index("--token-file") + 1] == "/etc/gpuhosts/monitor.token"
-    assert plan.monitor.stdin_secret == "monitorToken"
+    assert plan.graph["training-monitor"].stdin_secret == "monitorToken"
     # The same arguments without the token file are refused by the monitor itself: the bind needs a token.
     without = [a for i, a in enumerate(argv[3:]) if a != "--token-file" and argv[3:][i - 1] != "--token-file"]
     result = subprocess.run([sys.executable, "-m", "gpuhosts_monitor", *without], capture_output=True, text=True,

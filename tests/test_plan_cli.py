@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import json
 import subprocess
 import sys
@@ -40,15 +41,16 @@ def test_kpro5_summary_binds_exactly_the_3090s_and_gives_ct129_the_a6000s(tmp_pa
                                           "userspace": "580.126.09"}}
 
     resources = json.loads((tmp_path / "kpro5" / "resources.json").read_text())
-    assert {r["type"] for r in resources} >= {"gpuhosts:host:ProxmoxHost", "command:remote:Command"}
+    assert {r["type"] for r in resources} == {"gpuhosts:host:ProxmoxHost", "pulumi-python:dynamic:Resource"}
     assert all({"type", "name", "parent", "dependencies", "inputs"} <= set(r) for r in resources)
-    commands = sorted(p.name for p in (tmp_path / "kpro5" / "hosts" / "kpro5" / "commands").iterdir())
-    assert commands == ["01-kpro5-vfio-binding", "02-kpro5-nvidia-driver", "03-kpro5-nvidia-uvm-at-boot",
-                        "04-kpro5-ct129-gpu-devices", "05-kpro5-ct129-nvidia-userspace",
-                        "06-kpro5-ct129-env-qwen-sglang", "07-kpro5-ct129-env-qwen-vllm-dflash",
-                        "08-kpro5-ct129-model-qwen3-6-27b", "09-kpro5-ct129-model-qwen3-6-27b-dflash",
-                        "10-kpro5-ct129-service-qwen-vllm-dflash", "11-kpro5-ct129-service-qwen-sglang",
-                        "12-kpro5-ct129-gate-qwen-sglang"]
+    commands = tmp_path / "kpro5" / "hosts" / "kpro5" / "commands"
+    order = {p.name: json.loads((p / "unit.json").read_text())["applyOrder"] for p in commands.iterdir()}
+    assert sorted(order, key=order.get) == [
+        "vfio-binding", "nvidia-driver", "nvidia-uvm-at-boot", "ct129-gpu-devices", "ct129-nvidia-userspace",
+        "ct129-env-qwen-sglang", "ct129-env-qwen-vllm-dflash", "ct129-model-qwen3-6-27b",
+        "ct129-model-qwen3-6-27b-dflash", "ct129-service-qwen-vllm-dflash", "ct129-service-qwen-sglang",
+        "ct129-gate-qwen-sglang"]
+    assert sorted(order.values()) == list(range(1, 13))
 
 
 def test_two_runs_are_byte_identical(tmp_path):
@@ -80,12 +82,12 @@ def test_kpro5_summary_shows_both_services_with_derived_flags(tmp_path):
     for name in ("hfToken", "llmApiKey", "sshPrivateKey"):
         assert any(w.startswith(f"gpuhosts:{name} is not set in the stack file") for w in summary["warnings"]), name
         assert f"gpuhosts:{name} is not set" in result.stderr
-    stdin = {p.parent.name: json.loads(p.read_text()).get("stdin")
-             for p in (tmp_path / "kpro5" / "hosts" / "kpro5" / "commands").glob("*/resource.json")}
-    assert {k: v for k, v in stdin.items() if v} == {
-        "09-kpro5-ct129-model-qwen3-6-27b-dflash": "[secret gpuhosts:hfToken]",
-        "10-kpro5-ct129-service-qwen-vllm-dflash": "[secret gpuhosts:llmApiKey]",
-        "11-kpro5-ct129-service-qwen-sglang": "[secret gpuhosts:llmApiKey]"}
+    stdin = {p.parent.name: json.loads(p.read_text())["stdin"]
+             for p in (tmp_path / "kpro5" / "hosts" / "kpro5" / "commands").glob("*/unit.json")}
+    assert len(stdin) == 12 and {k: v for k, v in stdin.items() if v} == {
+        "ct129-model-qwen3-6-27b-dflash": "[secret gpuhosts:hfToken]",
+        "ct129-service-qwen-vllm-dflash": "[secret gpuhosts:llmApiKey]",
+        "ct129-service-qwen-sglang": "[secret gpuhosts:llmApiKey]"}
 
 
 def test_secrets_from_the_stack_file_never_reach_the_plan(tmp_path):
@@ -99,7 +101,11 @@ def test_secrets_from_the_stack_file_never_reach_the_plan(tmp_path):
     assert "is not set in the stack file" not in result.stderr
     text = "".join(p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert "ZmFrZS1jaXBoZXJ0ZXh0" not in text and "placeholder" not in text
-    assert '"connection": "[secret]"' in text
+    # A unit that receives a secret shows only that it does; the SSH key is in no input at all.
+    resources = json.loads((tmp_path / "out" / "resources.json").read_text())
+    assert {r["name"] for r in resources if r["inputs"].get("secret") == "[secret]"} == {
+        "ct129-model-qwen3-6-27b-dflash", "ct129-service-qwen-vllm-dflash", "ct129-service-qwen-sglang"}
+    assert "sshPrivateKey" not in json.dumps(resources)
 
 
 def test_a_secret_in_plain_text_is_refused_without_echoing_it(tmp_path):
@@ -147,3 +153,28 @@ def test_trainer_plan_shows_the_gpu_split_and_the_three_layer_id_lists(tmp_path)
     assert "layer ids: drafter config [1, 16, 31, 46, 61], trainer [2, 17, 32, 47, 62], server extracts" in result.stdout
     script = (tmp_path / "trainer" / "hosts" / "trainer" / "opt/gpuhosts/training/train_dflash_qwen36.sh").read_text()
     assert "--nproc_per_node 4" in script and "export CUDA_VISIBLE_DEVICES=4,5,6,7" in script
+
+
+def test_each_unit_folder_holds_its_scripts_the_resources_name_by_digest(tmp_path):
+    assert plan("kpro5", "--out", str(tmp_path / "kpro5")).returncode == 0
+    host = tmp_path / "kpro5" / "hosts" / "kpro5"
+    resources = {r["name"]: r for r in json.loads((tmp_path / "kpro5" / "resources.json").read_text())
+                 if r["type"] == "pulumi-python:dynamic:Resource"}
+    assert sorted(resources) == sorted(p.name for p in (host / "commands").iterdir())
+    for name, resource in resources.items():
+        folder = host / "commands" / name
+        assert sorted(p.name for p in folder.iterdir()) == ["ensure.sh", "probe.sh", "teardown.sh", "unit.json"]
+        for script in ("ensure", "teardown", "probe"):
+            digest = hashlib.sha256((folder / f"{script}.sh").read_text().rstrip("\n").encode()).hexdigest()[:16]
+            digest_nl = hashlib.sha256((folder / f"{script}.sh").read_text().encode()).hexdigest()[:16]
+            assert resource["inputs"][script] in (f"[commands/{name}/{script}.sh sha256:{digest}]",
+                                                  f"[commands/{name}/{script}.sh sha256:{digest_nl}]"), name
+        unit = json.loads((folder / "unit.json").read_text())
+        assert unit["desired"] == resource["inputs"]["facts"], name
+        assert sorted(unit["needs"]) == sorted(d.rsplit("::", 1)[1] for d in resource["dependencies"]), name
+        for need in unit["needs"]:
+            assert name in json.loads((host / "commands" / need / "unit.json").read_text())["neededBy"], name
+    graph = json.loads((host / "graph.json").read_text())
+    assert graph["teardownOrder"] == sorted(resources, key=lambda n: -json.loads(
+        (host / "commands" / n / "unit.json").read_text())["applyOrder"])
+    assert [key for wave in graph["waves"] for key in wave] == list(reversed(graph["teardownOrder"]))

@@ -1,4 +1,5 @@
-"""The real __main__.py of the kpro5 stack under Pulumi's mock runtime: resources, parents, dependencies, secrets."""
+"""The real __main__.py of the kpro5 and trainer stacks under Pulumi's mock runtime: one host unit per planned unit,
+its parent, what it waits for, its inputs, and secrets."""
 
 from __future__ import annotations
 
@@ -6,46 +7,37 @@ import json
 
 import pytest
 
+from components.proxmox_host import plan_host
+from components.training_node import plan_training_node
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, trainer_values, PROJECT, kpro5_values
-from gpuhosts.plan import SECRET, SECRET_PLACEHOLDER, run_program
+from gpuhosts.config import validate_stack
+from gpuhosts.plan import HOST_UNIT_TYPE, SECRET, SECRET_PLACEHOLDER, run_program
+from gpuhosts.provider import secret_digest
+from gpuhosts.training import validate_trainer_stack
 
-EXPECTED = {
-    # name: (type, parent name)
-    "kpro5": ("gpuhosts:host:ProxmoxHost", None),
-    "kpro5-nvidia-driver": ("gpuhosts:host:NvidiaDriver", "kpro5"),
-    "kpro5-vfio-binding": ("gpuhosts:host:VfioBinding", "kpro5"),
-    "kpro5-lxc-gpu-passthrough": ("gpuhosts:host:LxcGpuPassthrough", "kpro5"),
-    "kpro5-ct129-userspace": ("gpuhosts:host:ContainerUserspace", "kpro5"),
-    "kpro5-ct129-services": ("gpuhosts:service:ContainerServices", "kpro5"),
-    "kpro5-ct129-services-env-qwen-sglang": ("gpuhosts:service:PythonEnv", "kpro5-ct129-services"),
-    "kpro5-ct129-services-env-qwen-vllm-dflash": ("gpuhosts:service:PythonEnv", "kpro5-ct129-services"),
-    "kpro5-ct129-services-model-qwen3-6-27b": ("gpuhosts:service:ModelDownload", "kpro5-ct129-services"),
-    "kpro5-ct129-services-model-qwen3-6-27b-dflash": ("gpuhosts:service:ModelDownload", "kpro5-ct129-services"),
-    "kpro5-ct129-services-qwen-sglang": ("gpuhosts:service:InferenceService", "kpro5-ct129-services"),
-    "kpro5-ct129-services-qwen-vllm-dflash": ("gpuhosts:service:InferenceService", "kpro5-ct129-services"),
-    "kpro5-ct129-services-gate-qwen-sglang": ("gpuhosts:service:DeployGate", "kpro5-ct129-services"),
-}
-COMMANDS = {
-    # command name: (parent component, component or command it must wait for)
-    "kpro5-vfio-binding": ("kpro5-vfio-binding", None),
-    "kpro5-nvidia-driver": ("kpro5-nvidia-driver", "kpro5-vfio-binding"),
-    "kpro5-nvidia-uvm-at-boot": ("kpro5-lxc-gpu-passthrough", "kpro5-nvidia-driver"),
-    "kpro5-ct129-gpu-devices": ("kpro5-lxc-gpu-passthrough", "kpro5-nvidia-uvm-at-boot"),
-    "kpro5-ct129-nvidia-userspace": ("kpro5-ct129-userspace", "kpro5-ct129-gpu-devices"),
-    "kpro5-ct129-env-qwen-sglang": ("kpro5-ct129-services-env-qwen-sglang", "kpro5-ct129-nvidia-userspace"),
-    "kpro5-ct129-env-qwen-vllm-dflash": ("kpro5-ct129-services-env-qwen-vllm-dflash", "kpro5-ct129-nvidia-userspace"),
-    "kpro5-ct129-model-qwen3-6-27b": ("kpro5-ct129-services-model-qwen3-6-27b", "kpro5-ct129-env-qwen-sglang"),
-    "kpro5-ct129-model-qwen3-6-27b-dflash": ("kpro5-ct129-services-model-qwen3-6-27b-dflash",
-                                             "kpro5-ct129-env-qwen-vllm-dflash"),
+UNITS = {
+    # unit (the resource's name): (kind, the units it waits for)
+    "vfio-binding": ("VfioBinding", []),
+    "nvidia-driver": ("NvidiaDriver", ["vfio-binding"]),
+    "nvidia-uvm-at-boot": ("LxcGpuPassthrough", ["nvidia-driver"]),
+    "ct129-gpu-devices": ("LxcGpuPassthrough", ["nvidia-uvm-at-boot"]),
+    "ct129-nvidia-userspace": ("ContainerUserspace", ["ct129-gpu-devices"]),
+    # Environments and downloads wait only for the container's last restart, not for its NVIDIA user space.
+    "ct129-env-qwen-sglang": ("PythonEnv", ["ct129-gpu-devices"]),
+    "ct129-env-qwen-vllm-dflash": ("PythonEnv", ["ct129-gpu-devices"]),
+    "ct129-model-qwen3-6-27b": ("ModelDownload", ["ct129-gpu-devices"]),
+    "ct129-model-qwen3-6-27b-dflash": ("ModelDownload", ["ct129-gpu-devices"]),
     # The stopped vLLM service shares the GPUs: it lets go of them before SGLang starts.
-    "kpro5-ct129-service-qwen-vllm-dflash": ("kpro5-ct129-services-qwen-vllm-dflash", [
-        "kpro5-ct129-env-qwen-vllm-dflash", "kpro5-ct129-model-qwen3-6-27b", "kpro5-ct129-model-qwen3-6-27b-dflash"]),
-    "kpro5-ct129-service-qwen-sglang": ("kpro5-ct129-services-qwen-sglang", [
-        "kpro5-ct129-env-qwen-sglang", "kpro5-ct129-model-qwen3-6-27b", "kpro5-ct129-service-qwen-vllm-dflash"]),
-    "kpro5-ct129-gate-qwen-sglang": ("kpro5-ct129-services-gate-qwen-sglang", "kpro5-ct129-service-qwen-sglang"),
+    "ct129-service-qwen-vllm-dflash": ("InferenceService", [
+        "ct129-env-qwen-vllm-dflash", "ct129-model-qwen3-6-27b", "ct129-model-qwen3-6-27b-dflash",
+        "ct129-nvidia-userspace"]),
+    "ct129-service-qwen-sglang": ("InferenceService", [
+        "ct129-env-qwen-sglang", "ct129-model-qwen3-6-27b", "ct129-nvidia-userspace", "ct129-service-qwen-vllm-dflash"]),
+    "ct129-gate-qwen-sglang": ("DeployGate", ["ct129-service-qwen-sglang"]),
 }
-# The commands that receive a secret on stdin, and which.
-STDIN = {"kpro5-ct129-model-qwen3-6-27b-dflash", "kpro5-ct129-service-qwen-sglang", "kpro5-ct129-service-qwen-vllm-dflash"}
+# The units that receive a secret on stdin, and which.
+STDIN = {"ct129-model-qwen3-6-27b-dflash": "hfToken", "ct129-service-qwen-sglang": "llmApiKey",
+         "ct129-service-qwen-vllm-dflash": "llmApiKey"}
 
 
 @pytest.fixture(scope="module")
@@ -59,41 +51,61 @@ def by_name(run, name, type_=None):
     return found[0]
 
 
-def test_components_and_their_parents(run):
-    for name, (type_, parent) in EXPECTED.items():
-        resource = by_name(run, name, type_)
-        if parent is None:
-            assert resource.parent.endswith("pulumi:pulumi:Stack::gpuhosts-kpro5"), resource.urn
-        else:
-            assert resource.parent == by_name(run, parent, EXPECTED[parent][0]).urn, resource.urn
+def host_units(run) -> dict:
+    return {r.name: r for r in run.resources if r.type == HOST_UNIT_TYPE}
 
 
-def test_commands_parents_and_dependencies(run):
-    commands = [r for r in run.resources if r.type == "command:remote:Command"]
-    assert sorted(r.name for r in commands) == sorted(COMMANDS)
-    for name, (parent, waits_for) in COMMANDS.items():
-        command = by_name(run, name, "command:remote:Command")
-        assert command.parent == by_name(run, parent, EXPECTED[parent][0]).urn, command.urn
-        if waits_for is None:
-            assert command.dependencies == [], command.urn
-        else:
-            waits = [waits_for] if isinstance(waits_for, str) else waits_for
-            assert command.dependencies == sorted(by_name(run, w, "command:remote:Command").urn for w in waits), command.urn
+def test_one_component_per_host_and_every_unit_under_it(run):
+    host = by_name(run, "kpro5", "gpuhosts:host:ProxmoxHost")
+    assert host.parent.endswith("pulumi:pulumi:Stack::gpuhosts-kpro5"), host.urn
+    assert {r.type for r in run.resources} == {"gpuhosts:host:ProxmoxHost", HOST_UNIT_TYPE}
+    for unit in host_units(run).values():
+        assert unit.parent == host.urn, unit.urn
 
 
-def test_every_command_has_a_teardown_and_no_ssh_environment(run):
-    for command in (r for r in run.resources if r.type == "command:remote:Command"):
-        assert command.inputs["create"].startswith("# managed by gpuhosts"), command.urn
-        assert command.inputs["delete"].startswith("# managed by gpuhosts"), command.urn
-        assert command.inputs["addPreviousOutputInEnv"] is False, command.urn
-        assert "environment" not in command.inputs, command.urn
+def test_units_their_kinds_and_what_each_waits_for(run):
+    units = host_units(run)
+    assert sorted(units) == sorted(UNITS)
+    for name, (kind, waits) in UNITS.items():
+        unit = units[name]
+        assert (unit.inputs["unit"], unit.inputs["kind"]) == (name, kind), unit.urn
+        assert unit.dependencies == sorted(units[w].urn for w in waits), unit.urn
 
 
-def test_the_ssh_connection_and_stdin_stay_secret(run):
-    for command in (r for r in run.resources if r.type == "command:remote:Command"):
-        assert command.inputs["connection"] == SECRET, command.urn
-        assert command.inputs.get("stdin") == (SECRET if command.name in STDIN else None), command.urn
+def test_every_unit_carries_its_scripts_and_the_facts_the_plan_desires(run):
+    graph = plan_host(validate_stack(kpro5_values(), KPRO5_SECRETS))
+    for name, resource in host_units(run).items():
+        unit = graph[name]
+        for script in ("ensure", "teardown", "probe"):
+            assert resource.inputs[script] == getattr(unit, script), f"{resource.urn} {script}"
+            assert resource.inputs[script].startswith("# managed by gpuhosts"), f"{resource.urn} {script}"
+        assert resource.inputs["facts"] == unit.desired, resource.urn
+    assert host_units(run)["ct129-gpu-devices"].inputs["facts"]["device /dev/nvidia-uvm"] == "passed"
+
+
+def test_the_target_holds_no_secret_and_stdin_secrets_only_as_secret_digests(run):
+    for resource in host_units(run).values():
+        # The host's name is no input: renaming the host must not touch its units.
+        assert resource.inputs["host"] == {"address": "192.0.2.15", "port": 22, "user": "root",
+                                           "hostKey": resource.inputs["host"]["hostKey"]}, resource.urn
+        assert resource.inputs["host"]["hostKey"].startswith("ssh-ed25519 "), resource.urn
+        assert resource.inputs.get("secret") == (SECRET if resource.name in STDIN else None), resource.urn
     assert SECRET_PLACEHOLDER not in json.dumps([r.inputs for r in run.resources])
+
+
+def test_a_units_secret_input_names_its_key_and_a_digest_that_follows_the_value():
+    def secret_inputs(api_key: str) -> dict:
+        values = {**kpro5_values(), "hfToken": "hf_ProgramTestToken0042", "llmApiKey": api_key}
+        run = run_program(PROJECT, "kpro5", values, KPRO5_SECRETS, reveal_secrets=True)
+        return {name: r.inputs.get("secret") for name, r in host_units(run).items() if r.inputs.get("secret")}
+
+    first, rotated = secret_inputs("sk-program-test-key-0042"), secret_inputs("sk-program-test-key-0043")
+    assert {name: inputs["name"] for name, inputs in first.items()} == STDIN
+    assert first["ct129-service-qwen-sglang"]["digest"] == secret_digest("ct129-service-qwen-sglang",
+                                                                         "sk-program-test-key-0042")
+    # A rotated key changes the inputs of the units that receive it, and only theirs; no value is in any input.
+    assert {n for n in first if first[n] != rotated[n]} == {"ct129-service-qwen-sglang", "ct129-service-qwen-vllm-dflash"}
+    assert "sk-program-test-key-004" not in json.dumps([first, rotated])
 
 
 def test_stack_outputs(run):
@@ -103,20 +115,16 @@ def test_stack_outputs(run):
     assert run.outputs["rebootRequired"] is False
 
 
-def test_allow_reboot_adds_a_waited_reboot_before_the_containers():
+def test_allow_reboot_adds_one_reboot_unit_between_the_host_units_and_the_containers():
     values = kpro5_values()
     values["host"]["allowReboot"] = True
-    run = run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)
-    wait = by_name(run, "kpro5-reboot-wait", "command:remote:Command")
-    reboot = by_name(run, "kpro5-reboot", "command:remote:Command")
-    settle = by_name(run, "kpro5-reboot-settle", "command:local:Command")
-    assert settle.dependencies == [reboot.urn]
-    assert sorted(wait.dependencies) == sorted([settle.urn, reboot.urn])
-    assert reboot.dependencies == [by_name(run, "kpro5-nvidia-driver", "command:remote:Command").urn]
-    assert len(reboot.inputs["triggers"]) == 2
-    passthrough = by_name(run, "kpro5-lxc-gpu-passthrough", "gpuhosts:host:LxcGpuPassthrough")
-    uvm = by_name(run, "kpro5-nvidia-uvm-at-boot", "command:remote:Command")
-    assert uvm.dependencies == [wait.urn] and uvm.parent == passthrough.urn
+    units = host_units(run_program(PROJECT, "kpro5", values, KPRO5_SECRETS))
+    reboot = units["reboot"]
+    assert reboot.inputs["kind"] == "HostReboot"
+    assert reboot.dependencies == sorted([units["vfio-binding"].urn, units["nvidia-driver"].urn])
+    assert units["nvidia-uvm-at-boot"].dependencies == [reboot.urn]
+    assert reboot.inputs["facts"] == {"reboot pending": "no"}
+    assert sorted(units) == sorted([*UNITS, "reboot"])
 
 
 def test_invalid_config_stops_the_program_before_any_resource():
@@ -154,20 +162,21 @@ def test_an_api_key_set_without_secret_stops_the_program():
     assert "sk-plain-program-key" not in str(caught.value)
 
 
-TRAINER_COMMANDS = {
-    # command: what it waits for
-    "trainer-preflight": [],
-    "trainer-env-speculators": ["trainer-preflight"],
-    "trainer-env-vllm": ["trainer-preflight"],
-    "trainer-env-monitor": ["trainer-preflight"],
-    "trainer-model-qwen3-6-27b": ["trainer-env-speculators"],
-    "trainer-model-qwen3-6-27b-dflash": ["trainer-env-speculators"],
-    "trainer-dataset-qwen36-mix-913k": ["trainer-preflight"],
-    "trainer-hidden-state-server": ["trainer-env-speculators", "trainer-env-vllm", "trainer-model-qwen3-6-27b"],
-    "trainer-hidden-state-check": ["trainer-hidden-state-server"],
-    "trainer-dflash-training": ["trainer-dataset-qwen36-mix-913k", "trainer-hidden-state-check",
-                                "trainer-model-qwen3-6-27b-dflash"],
-    "trainer-training-monitor": ["trainer-dflash-training", "trainer-env-monitor"],
+TRAINER_UNITS = {
+    # unit: what it waits for
+    "preflight": [],
+    "env-speculators": ["preflight"],
+    "env-vllm": ["preflight"],
+    "env-monitor": ["preflight"],
+    # A download brings its own hf: it waits for no environment.
+    "model-qwen3-6-27b": ["preflight"],
+    "model-qwen3-6-27b-dflash": ["preflight"],
+    "dataset-qwen36-mix-913k": ["preflight"],
+    "hidden-state-server": ["env-speculators", "env-vllm", "model-qwen3-6-27b"],
+    "hidden-state-check": ["hidden-state-server"],
+    "dflash-training": ["dataset-qwen36-mix-913k", "env-speculators", "hidden-state-check", "model-qwen3-6-27b-dflash"],
+    # The monitor only reads the training's log and checkpoints.
+    "training-monitor": ["env-monitor"],
 }
 
 
@@ -175,15 +184,15 @@ def test_the_trainer_stack_runs_under_mocks():
     run = run_program(PROJECT, "trainer", trainer_values(), TRAINER_SECRETS)
     node = by_name(run, "trainer", "gpuhosts:training:TrainingNode")
     assert node.parent.endswith("pulumi:pulumi:Stack::gpuhosts-trainer")
-    commands = {r.name: r for r in run.resources if r.type == "command:remote:Command"}
-    assert sorted(commands) == sorted(TRAINER_COMMANDS)
-    urn = {name: r.urn for name, r in commands.items()}
-    for name, waits in TRAINER_COMMANDS.items():
-        assert commands[name].dependencies == sorted(urn[w] for w in waits), name
-        parent = next(r for r in run.resources if r.urn == commands[name].parent)
-        assert parent.type.startswith("gpuhosts:training:") and parent.parent == node.urn, name
-        assert commands[name].inputs["connection"] == SECRET
-    assert commands["trainer-model-qwen3-6-27b-dflash"].inputs["stdin"] == SECRET
+    units = host_units(run)
+    assert sorted(units) == sorted(TRAINER_UNITS)
+    graph = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS)).graph
+    for name, waits in TRAINER_UNITS.items():
+        assert units[name].dependencies == sorted(units[w].urn for w in waits), name
+        assert units[name].parent == node.urn, name
+        assert units[name].inputs["facts"] == graph[name].desired, name
+        assert set(units[name].inputs["host"]) == {"address", "port", "user", "hostKey"}, name
+        assert units[name].inputs.get("secret") == (SECRET if name == "model-qwen3-6-27b-dflash" else None), name
     training = run.outputs["desired"]["training"]
     assert training["layerIds"]["serverExtracts"] == [2, 17, 32, 47, 62, 64]
     assert training["gpus"]["server"] == [0, 1, 2, 3] and training["gpus"]["training"] == [4, 5, 6, 7]

@@ -1,4 +1,5 @@
-"""Every script the stacks render passes `bash -n` and shellcheck, for both boot loaders."""
+"""Every script the stacks render — each unit's ensure, teardown and probe, what they run inside a container, and the
+scripts they install — passes `bash -n` and shellcheck, for both boot loaders."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ def variants():
     return {"kpro5": systemd_boot, "kpro5-grub-reboot": grub, "kpro5-host-gpu": host_gpu, "kpro5-model-store": store}
 
 
+SCRIPTS = ("ensure", "teardown", "probe")
+
+
 def inner_scripts(text: str) -> list[str]:
     """Scripts a command runs inside a container: shellcheck does not read into a quoted here-document."""
     return [part.split("\nGPUHOSTS_INNER\n", 1)[0] for part in text.split("<<'GPUHOSTS_INNER'\n")[1:]]
@@ -40,21 +44,21 @@ def inner_scripts(text: str) -> list[str]:
 
 def scripts():
     found = []
-    plans = {variant: plan_host(validate_stack(values, KPRO5_SECRETS)).steps for variant, values in variants().items()}
+    plans = {variant: plan_host(validate_stack(values, KPRO5_SECRETS)) for variant, values in variants().items()}
     trainer = trainer_values()
-    plans["trainer"] = plan_training_node(validate_trainer_stack(trainer, TRAINER_SECRETS)).steps
+    plans["trainer"] = plan_training_node(validate_trainer_stack(trainer, TRAINER_SECRETS)).graph
     trainer["training"]["monitor"].update(bind="0.0.0.0", tokenSecret="monitorToken")
     trainer["training"]["dataset"]["deleteOnDestroy"] = True
     trainer["training"]["deleteCheckpointsOnDestroy"] = True
-    plans["trainer-exposed"] = plan_training_node(validate_trainer_stack(trainer, TRAINER_SECRETS | {"monitorToken"})).steps
-    for variant, steps in plans.items():
-        for step in steps:
-            found.append(pytest.param(step.create, "bash", id=f"{variant}/{step.name}/create"))
-            found.append(pytest.param(step.delete, "bash", id=f"{variant}/{step.name}/delete"))
-            for operation in ("create", "delete"):
-                for inner in inner_scripts(getattr(step, operation)):
-                    found.append(pytest.param(inner, "bash", id=f"{variant}/{step.name}/{operation}-in-container"))
-            for file in step.files:
+    plans["trainer-exposed"] = plan_training_node(validate_trainer_stack(trainer, TRAINER_SECRETS | {"monitorToken"})).graph
+    for variant, graph in plans.items():
+        for unit in graph:
+            for operation in SCRIPTS:
+                text = getattr(unit, operation)
+                found.append(pytest.param(text, "bash", id=f"{variant}/{unit.key}/{operation}"))
+                for inner in inner_scripts(text):
+                    found.append(pytest.param(inner, "bash", id=f"{variant}/{unit.key}/{operation}-in-container"))
+            for file in unit.files:
                 for shebang, shell in (("#!/bin/sh", "sh"), ("#!/bin/bash", "bash")):
                     if file.content.startswith(shebang + "\n"):
                         found.append(pytest.param(file.content, shell, id=f"{variant}{file.path}"))
@@ -70,3 +74,11 @@ def test_script_is_valid_and_shellcheck_clean(text, shell, tmp_path):
     assert shutil.which("shellcheck"), "shellcheck is missing: `make system-deps` installs it"
     lint = subprocess.run(["shellcheck", "--shell", shell, "--severity", "style", str(script)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout
+
+
+def test_every_probe_and_its_inner_script_is_checked():
+    """The table above reaches the probes, including the part a probe runs inside a container."""
+    ids = [param.id for param in scripts()]
+    assert "kpro5/vfio-binding/probe" in ids and "trainer/preflight/probe" in ids
+    assert "kpro5/ct129-service-qwen-sglang/probe-in-container" in ids
+    assert "kpro5-model-store/ct129-model-store/probe" in ids

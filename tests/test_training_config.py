@@ -107,5 +107,5 @@ def test_the_plan_passes_each_list_where_it_belongs():
     assert plan.summary["layerIds"] == {"drafterConfig": [1, 16, 31, 46, 61], "trainer": [2, 17, 32, 47, 62],
                                         "serverExtracts": [2, 17, 32, 47, 62, 64]}
     # The starting drafter's own config.json must agree with the derived list after its download.
-    assert '"target_layer_ids": [1, 16, 31, 46, 61]' in plan.downloads["drafter"].create
+    assert '"target_layer_ids": [1, 16, 31, 46, 61]' in plan.graph["model-qwen3-6-27b-dflash"].ensure
     assert plan.summary["gpus"] == {"count": 8, "model": "RTX PRO 6000", "server": [0, 1, 2, 3], "training": [4, 5, 6, 7]}

@@ -1,4 +1,4 @@
-"""The training node's steps run against a simulated node (tests/fakehost: the converged kpro5 tree stands in for a
+"""The training node's units run against a simulated node (tests/fakehost: the converged kpro5 tree stands in for a
 machine whose driver is installed, with its two RTX A6000 as the node's GPUs): pre-flight facts and refusals, the
 environments (uv stand-in; speculators' scripts from a local git repository), downloads, the data set from a
 file:// source with its manifest, the hidden-state server and the check against a server stand-in that writes real
@@ -17,12 +17,17 @@ import pytest
 from components.training_node import plan_training_node
 from conftest import FIXTURES, TRAINER_SECRETS, trainer_values
 from fakehost import host_env
-from fakehost.tree import tree_listing
-from gpuhosts.render import Step
+from fakehost.tree import tree_digest, tree_listing
+from gpuhosts.protocol import ProtocolError, parse_facts, parse_result
+from gpuhosts.provider import OBSERVATION
 from gpuhosts.training import validate_trainer_stack
+from gpuhosts.units import Unit, UnitGraph
 from trainer_node import StateServer, node_values, prepare_node
 
 HF_TOKEN = "hf_TrainerTestToken3c4d"
+# A probe must change nothing, not even under run/ (a lock file, a reboot marker); only the stand-ins' own logs
+# of what they were asked may differ.
+STAND_IN_LOGS = ("var/log/fakehost",)
 
 
 @dataclass
@@ -30,22 +35,51 @@ class Node:
     tree: Path
     values: dict
 
-    def steps(self, values: dict | None = None) -> list[Step]:
-        return plan_training_node(validate_trainer_stack(values or self.values, TRAINER_SECRETS)).steps
+    def graph(self, values: dict | None = None) -> UnitGraph:
+        return plan_training_node(validate_trainer_stack(values or self.values, TRAINER_SECRETS)).graph
 
-    def step(self, suffix: str) -> Step:
-        (found,) = [s for s in self.steps() if s.name.endswith(suffix)]
-        return found
+    def units(self, values: dict | None = None) -> list[Unit]:
+        return self.graph(values).apply_order
 
-    def run(self, step: Step, operation: str = "create") -> subprocess.CompletedProcess:
-        stdin = HF_TOKEN + "\n" if step.stdin_secret and operation == "create" else ""
-        return subprocess.run(["bash", "-c", getattr(step, operation)], input=stdin, capture_output=True, text=True,
+    def unit(self, key: str, values: dict | None = None) -> Unit:
+        return self.graph(values)[key]
+
+    def run(self, unit: Unit, operation: str = "ensure") -> subprocess.CompletedProcess:
+        stdin = HF_TOKEN + "\n" if unit.stdin_secret and operation == "ensure" else ""
+        return subprocess.run(["bash", "-c", getattr(unit, operation)], input=stdin, capture_output=True, text=True,
                               env=host_env(self.tree), timeout=180)
 
-    def apply(self, step: Step, operation: str = "create") -> str:
-        result = self.run(step, operation)
-        assert result.returncode == 0, f"{step.name} {operation} failed:\n{result.stdout}\n{result.stderr}"
+    def apply(self, unit: Unit, operation: str = "ensure") -> str:
+        result = self.run(unit, operation)
+        assert result.returncode == 0, f"{unit.key} {operation} failed:\n{result.stdout}\n{result.stderr}"
+        # Every ensure and teardown that succeeds ends with its result line (the provider fails a unit without one).
+        parse_result(result.stdout)
         return result.stdout + result.stderr
+
+    def needed_by(self, key: str) -> list[Unit]:
+        """Everything `key` waits for, directly or not, in apply order: what must run before it, and no more."""
+        graph = self.graph()
+        wanted, todo = set(), list(graph[key].needs)
+        while todo:
+            need = todo.pop()
+            if need not in wanted:
+                wanted.add(need)
+                todo.extend(graph[need].needs)
+        return [u for u in graph if u.key in wanted]
+
+    def probe_output(self, unit: Unit) -> dict:
+        """Everything the unit's probe reports, observations included; the probe must leave the node as it found
+        it."""
+        before = tree_digest(self.tree, exclude=STAND_IN_LOGS)
+        result = subprocess.run(["bash", "-c", unit.probe], capture_output=True, text=True, env=host_env(self.tree),
+                                timeout=60)
+        assert result.returncode == 0, f"{unit.key} probe failed:\n{result.stdout}\n{result.stderr}"
+        assert tree_digest(self.tree, exclude=STAND_IN_LOGS) == before, f"{unit.key}'s probe changed the node"
+        return parse_facts(result.stdout)
+
+    def probe(self, unit: Unit) -> dict:
+        """The facts the probe reports that a plan can declare; observations (minors, dynamic majors) left out."""
+        return {k: v for k, v in self.probe_output(unit).items() if not k.startswith(OBSERVATION)}
 
     def path(self, path: str) -> Path:
         return self.tree / path.lstrip("/")
@@ -66,46 +100,51 @@ def node(prepared, tmp_path) -> Node:
 
 
 def test_preflight_reports_the_node_and_refuses_another(node):
-    assert "2 × RTX A6000, driver 580.126.09" in node.apply(node.step("-preflight"))
+    output = node.apply(node.unit("preflight"))
+    assert "2 × RTX A6000, driver 580.126.09" in output and not parse_result(output).changed
     other = json.loads(json.dumps(node.values))
     other["node"]["gpus"] = {"count": 2, "model": "RTX PRO 6000"}
-    result = node.run([s for s in node.steps(other) if s.name.endswith("-preflight")][0])
+    result = node.run(node.unit("preflight", other))
     assert result.returncode == 1 and "is 'NVIDIA RTX A6000', not a RTX PRO 6000" in result.stderr
     other["node"]["gpus"] = {"count": 8, "model": "RTX A6000"}
     other["training"]["trainingGpus"] = [4]
-    result = node.run([s for s in node.steps(other) if s.name.endswith("-preflight")][0])
+    result = node.run(node.unit("preflight", other))
     assert result.returncode == 1 and "the node has 2 GPU(s), the stack needs 8" in result.stderr
     big = json.loads(json.dumps(node.values))
     big["training"]["checkpointsReserveGb"] = 10 ** 7
-    result = node.run([s for s in node.steps(big) if s.name.endswith("-preflight")][0])
+    result = node.run(node.unit("preflight", big))
     assert result.returncode == 1 and "lower training.checkpointsReserveGb" in result.stderr
+    with pytest.raises(ProtocolError):
+        parse_result(result.stdout)
 
 
 def test_up_to_a_running_job_then_nothing_changes_and_destroy_keeps_the_results(node):
-    steps = node.steps()
+    units = node.units()
     server = StateServer(node.path("/data/hidden_states"), node.values["training"]["server"]["port"])
     try:
-        first = {s.name: node.apply(s) for s in steps}
+        first = {u.key: node.apply(u) for u in units}
         listing = tree_listing(node.tree)
-        second = {s.name: node.apply(s) for s in steps}
+        second = {u.key: node.apply(u) for u in units}
     finally:
         server.close()
-    assert "staged qwen36-mix-913k: 4 file(s) fetched" in first["trainer-dataset-qwen36-mix-913k"]
-    assert "checked out file://" in first["trainer-env-speculators"]
+    assert "staged qwen36-mix-913k: 4 file(s) fetched" in first["dataset-qwen36-mix-913k"]
+    assert "checked out file://" in first["env-speculators"]
     assert node.path("/opt/gpuhosts/speculators/src/scripts/train.py").exists()
-    assert "hidden_states [6, 8] F32: non-zero" in first["trainer-hidden-state-check"]
-    assert "agrees with the plan" in first["trainer-model-qwen3-6-27b-dflash"]
+    assert "hidden_states [6, 8] F32: non-zero" in first["hidden-state-check"]
+    assert "agrees with the plan" in first["model-qwen3-6-27b-dflash"]
+    checks = ("preflight", "hidden-state-check")
+    assert [k for k, out in first.items() if not parse_result(out).changed] == list(checks)
     for name, output in second.items():
-        if not name.endswith(("-hidden-state-check", "-preflight")):
-            assert "done: no change" in output, f"{name}:\n{output}"
+        if name not in checks:
+            assert not parse_result(output).changed, f"{name}:\n{output}"
     changed = {k: v for k, v in tree_listing(node.tree).items() if listing.get(k) != v}
     assert all(k.startswith("data/hidden_states/") for k in changed), changed
 
     checkpoint = node.path("/data/checkpoints/Qwen3.6-27B-DFlash/epoch_1")
     checkpoint.mkdir(parents=True)
     (checkpoint / "config.json").write_text("{}")
-    for step in reversed(steps):
-        node.apply(step, "delete")
+    for unit in reversed(units):
+        node.apply(unit, "teardown")
     for kept in ("/data/models/Qwen/Qwen3.6-27B/config.json", "/data/models/z-lab/Qwen3.6-27B-DFlash/config.json",
                  "/data/data/qwen36-mix-913k/SHA256SUMS", "/data/checkpoints/Qwen3.6-27B-DFlash/epoch_1/config.json"):
         assert node.path(kept).exists(), kept
@@ -114,12 +153,11 @@ def test_up_to_a_running_job_then_nothing_changes_and_destroy_keeps_the_results(
 
 
 def test_the_hidden_state_check_refuses_all_zero_states(node):
-    steps = node.steps()
     server = StateServer(node.path("/data/hidden_states"), node.values["training"]["server"]["port"], zeros=True)
     try:
-        for step in steps[:steps.index(node.step("-hidden-state-check"))]:
-            node.apply(step)
-        result = node.run(node.step("-hidden-state-check"))
+        for unit in node.needed_by("hidden-state-check"):
+            node.apply(unit)
+        result = node.run(node.unit("hidden-state-check"))
     finally:
         server.close()
     assert result.returncode == 1
@@ -130,12 +168,11 @@ def test_the_hidden_state_check_refuses_all_zero_states(node):
 def test_the_launch_script_resumes_from_the_newest_checkpoint(node):
     server = StateServer(node.path("/data/hidden_states"), node.values["training"]["server"]["port"])
     try:
-        steps = node.steps()
-        for step in steps[:steps.index(node.step("-dflash-training"))]:
-            node.apply(step)
+        for unit in node.needed_by("dflash-training"):
+            node.apply(unit)
         script = node.path("/opt/gpuhosts/training/train_dflash_qwen36.sh")
         script.parent.mkdir(parents=True, exist_ok=True)
-        (content,) = [f.content for f in node.step("-dflash-training").files if f.path.endswith(".sh")]
+        (content,) = [f.content for f in node.unit("dflash-training").files if f.path.endswith(".sh")]
         script.write_text(content)
         save = node.path("/data/checkpoints/Qwen3.6-27B-DFlash")
         for name in ("epoch_1", "epoch_2"):
@@ -170,9 +207,9 @@ def test_preflight_reads_real_nvidia_smi_output(tmp_path, model, driver, says):
     values["node"].update(gpus={"count": 2, "model": model}, driverVersion=driver, storage=str(tmp_path / "data"))
     values["training"]["server"].update(gpus=[0], tensorParallelSize=1)
     values["training"]["trainingGpus"] = [1]
-    step = plan_training_node(validate_trainer_stack(values, TRAINER_SECRETS)).preflight
+    unit = plan_training_node(validate_trainer_stack(values, TRAINER_SECRETS)).graph["preflight"]
     env = {**host_env(tmp_path), "PATH": f"{bin_dir}:/usr/bin:/bin", "GPUHOSTS_HOST_ROOT": ""}
-    result = subprocess.run(["bash", "-c", step.create], capture_output=True, text=True, env=env)
+    result = subprocess.run(["bash", "-c", unit.ensure], capture_output=True, text=True, env=env)
     assert result.returncode == 1 and says in result.stderr, result.stdout + result.stderr
 
 
@@ -180,16 +217,67 @@ def test_destroy_deletes_data_and_checkpoints_only_when_the_config_says_so(node)
     values = json.loads(json.dumps(node.values))
     values["training"]["dataset"]["deleteOnDestroy"] = True
     values["training"]["deleteCheckpointsOnDestroy"] = True
-    steps = node.steps(values)
+    units = node.units(values)
     server = StateServer(node.path("/data/hidden_states"), values["training"]["server"]["port"])
     try:
-        for step in steps:
-            node.apply(step)
+        for unit in units:
+            node.apply(unit)
     finally:
         server.close()
     (node.path("/data/checkpoints/Qwen3.6-27B-DFlash/epoch_1")).mkdir(parents=True)
-    outputs = {s.name: node.apply(s, "delete") for s in reversed(steps)}
+    outputs = {u.key: node.apply(u, "teardown") for u in reversed(units)}
     assert not node.path("/data/data/qwen36-mix-913k").exists()
     assert not node.path("/data/checkpoints/Qwen3.6-27B-DFlash").exists()
-    assert "deleted /data/checkpoints/Qwen3.6-27B-DFlash (the config says to)" in outputs["trainer-dflash-training"]
+    assert "deleted /data/checkpoints/Qwen3.6-27B-DFlash (the config says to)" in outputs["dflash-training"]
+    assert parse_result(outputs["dflash-training"]).changed
     assert node.path("/data/models/Qwen/Qwen3.6-27B/config.json").exists()
+
+
+def trainer_keys() -> list[str]:
+    return [u.key for u in plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS)).graph]
+
+
+@pytest.fixture(scope="module")
+def trained(prepared, tmp_path_factory) -> Node:
+    """The node converged once, up to a running job and its monitor; for read-only use."""
+    root, template = prepared
+    tree = tmp_path_factory.mktemp("trained") / "node"
+    shutil.copytree(template, tree, symlinks=True)
+    node = Node(tree, node_values(root))
+    server = StateServer(node.path("/data/hidden_states"), node.values["training"]["server"]["port"])
+    try:
+        for unit in node.units():
+            node.apply(unit)
+    finally:
+        server.close()
+    return node
+
+
+@pytest.mark.parametrize("key", trainer_keys())
+def test_after_up_the_probe_reports_the_desired_facts_and_changes_nothing(trained, key):
+    unit = trained.unit(key)
+    assert trained.probe(unit) == unit.desired
+
+
+@pytest.mark.parametrize("key", trainer_keys())
+def test_before_up_the_probe_reports_drift_in_the_same_facts(node, key):
+    unit = node.unit(key)
+    observed = node.probe(unit)
+    assert set(observed) == set(unit.desired)
+    if unit.kind in ("Preflight", "HiddenStateCheck"):
+        # A check only measures: it has no state of its own to drift.
+        assert observed == unit.desired == {}
+    else:
+        assert observed != unit.desired, f"{key} reads as in sync before its ensure ran"
+
+
+def test_a_data_set_file_lost_is_drift_the_stage_repairs(trained, tmp_path):
+    node = Node(tmp_path / "node", trained.values)
+    shutil.copytree(trained.tree, node.tree, symlinks=True)
+    unit = node.unit("dataset-qwen36-mix-913k")
+    node.path("/data/data/qwen36-mix-913k/shards/train-00001.arrow").unlink()
+    facts = node.probe(unit)
+    assert {k: v for k, v in facts.items() if unit.desired[k] != v} == {
+        "files of /data/data/qwen36-mix-913k/SHA256SUMS": "1 missing"}
+    assert parse_result(node.apply(unit)).changed
+    assert node.probe(unit) == unit.desired

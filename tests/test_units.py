@@ -23,9 +23,9 @@ SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 
 
 def units():
-    steps = plan_host(validate_stack(kpro5_values(), KPRO5_SECRETS)).steps
-    steps += plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS)).steps
-    files = [f for step in steps for f in step.files]
+    units = [*plan_host(validate_stack(kpro5_values(), KPRO5_SECRETS)),
+             *plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS)).graph]
+    files = [f for unit in units for f in unit.files]
     return [pytest.param(f, id=f.path) for f in files if f.path.endswith(".service")]
 
 

@@ -1,0 +1,78 @@
+# managed by gpuhosts — unit ct129-env-qwen-sglang; generated from templates/, do not edit on the host.
+# Runs the script below inside container 129 (pct exec).
+set -euo pipefail
+vmid=129
+status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+if [ "$status" != running ]; then
+  printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-env-qwen-sglang "$vmid" \
+    "${status:-missing}" "$vmid" >&2
+  exit 1
+fi
+script="$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-env-qwen-sglang]
+# Inside container 129: the uv environment qwen-sglang with sglang[all]==0.5.11.
+uv_version=0.13.9
+python_version=3.12
+venv=/opt/gpuhosts/qwen-sglang/venv
+requirement='sglang[all]==0.5.11'
+package=sglang
+release=0.5.11
+from_git=false
+uv_home="$root/opt/gpuhosts/.uv"
+uv="$uv_home/bin/uv"
+marker="$root$venv/.gpuhosts-requirement"
+
+# The engine's installed version, empty when it is not installed (or there is no environment yet).
+installed_version() {
+  { "$uv" pip show --python "$root$venv/bin/python" "$package" 2>/dev/null || true; } | sed -n 's/^Version: //p'
+}
+
+# --- uv itself, pinned, in a small venv of its own (the container's python3 only bootstraps it) ------------
+# ensure_uv — uv 0.13.9 in /opt/gpuhosts/.uv, shared by every environment here, so it is installed under the uv lock.
+ensure_uv() {
+  if [ "$("$uv" --version 2>/dev/null)" != "uv $uv_version" ]; then
+    [ -x "$root/usr/bin/python3" ] || refuse "container 129 has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
+    if ! "$root/usr/bin/python3" -c 'import ensurepip' 2>/dev/null; then
+      with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv
+    fi
+    [ -x "$uv_home/bin/python" ] || "$root/usr/bin/python3" -m venv "$uv_home"
+    "$uv_home/bin/python" -m pip install --quiet "uv==$uv_version"
+    [ "$("$uv" --version 2>/dev/null)" = "uv $uv_version" ] || refuse "uv $uv_version did not install into $uv_home"
+    note_change "installed uv $uv_version"
+  fi
+}
+with_lock uv ensure_uv
+
+# --- the engine's environment ----------------------------------------------------------------------------
+if [ ! -x "$root$venv/bin/python" ]; then
+  "$uv" venv --python "$python_version" "$root$venv"
+  note_change "created $venv (Python $python_version)"
+fi
+installed="$(installed_version)"
+wanted_build=0
+[ "$(cat "$marker" 2>/dev/null)" = "$requirement" ] || wanted_build=1
+[ -n "$installed" ] || wanted_build=1
+if [ "$from_git" = false ] && [ "$installed" != "$release" ]; then
+  wanted_build=1
+fi
+if [ "$wanted_build" = 1 ]; then
+  say "installing $requirement (was: ${installed:-none})"
+  # The marker goes first: a cut-off install must not look complete on the next run.
+  rm -f "$marker"
+  "$uv" pip install --python "$root$venv/bin/python" "$requirement"
+  printf '%s\n' "$requirement" >"$marker"
+  note_change "installed $requirement into $venv"
+fi
+
+# --- verify ----------------------------------------------------------------------------------------------
+installed="$(installed_version)"
+[ -n "$installed" ] || refuse "$package is not installed in $venv after installing $requirement"
+if [ "$from_git" = false ] && [ "$installed" != "$release" ]; then
+  refuse "$venv has $package $installed, not $release"
+fi
+[ -x "$root$venv/bin/hf" ] || refuse "$venv has no hf command (huggingface_hub); the model downloads need it"
+say "$venv: $package $installed"
+finish
+GPUHOSTS_INNER
+)"
+pct exec "$vmid" -- bash -c "$script" gpuhosts </dev/null

@@ -1,0 +1,32 @@
+# managed by gpuhosts — unit ct129-gate-qwen-sglang; generated from templates/, do not edit on the host.
+# Runs the script below inside container 129 (pct exec).
+set -euo pipefail
+vmid=129
+status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+if [ "$status" != running ]; then
+  printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-gate-qwen-sglang "$vmid" \
+    "${status:-missing}" "$vmid" >&2
+  exit 1
+fi
+script="$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-gate-qwen-sglang]
+# Inside container 129: the deploy gate of qwen-sglang (service step 306634ed31602aab); fails the deploy below
+# its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
+venv=/opt/gpuhosts/qwen-sglang/venv
+unit_name=gpuhosts-qwen-sglang.service
+set +e
+output="$("$root$venv/bin/python" "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "min_acceptance_length": 2.0, "min_acceptance_rate": null, "min_decode_tokens_per_s": 20.0, "model": "qwen3.6-27b", "ready_timeout_s": 1800, "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY)"
+status=$?
+set -e
+grep -v '^GPUHOSTS_GATE ' <<<"$output" || true
+result_report="$(sed -n 's/^GPUHOSTS_GATE //p' <<<"$output" | tail -n1)"
+if [ "$status" != 0 ]; then
+  say "the last lines of $unit_name's journal:"
+  journalctl -u "$unit_name" -n 40 --no-pager 2>/dev/null || true
+  refuse "deploy gate of qwen-sglang failed (see above); the service keeps running for inspection"
+fi
+say "deploy gate of qwen-sglang passed"
+finish
+GPUHOSTS_INNER
+)"
+pct exec "$vmid" -- bash -c "$script" gpuhosts </dev/null

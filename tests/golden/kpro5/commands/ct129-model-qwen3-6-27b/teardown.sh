@@ -1,0 +1,45 @@
+# managed by gpuhosts — unit ct129-model-qwen3-6-27b; generated from templates/, do not edit on the host.
+# Runs the script below inside container 129 (pct exec).
+set -euo pipefail
+vmid=129
+status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+if [ -z "$status" ]; then
+  printf '%s: container %s does not exist any more; nothing to remove in it\n' ct129-model-qwen3-6-27b "$vmid"
+  printf '%s\n' 'GPUHOSTS_RESULT {"changed":false,"rebootRequired":false}'
+  exit 0
+fi
+if [ "$status" != running ]; then
+  printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-model-qwen3-6-27b "$vmid" \
+    "${status:-missing}" "$vmid" >&2
+  exit 1
+fi
+script="$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-model-qwen3-6-27b]
+# Inside container 129: the weights of Qwen/Qwen3.6-27B in /srv/models/Qwen3.6-27B.
+local_dir=/srv/models/Qwen3.6-27B
+tools=/opt/gpuhosts/downloads
+uv_home=/opt/gpuhosts/.uv
+if [ -d "$root$local_dir" ]; then
+  say "keeping $local_dir: weights are kept on destroy unless the model sets deleteOnDestroy: true"
+fi
+# The downloads' tool environment (not user data) goes with the last download; uv with the last environment.
+remove_tools_if_last() {
+  rm -f "$root$tools/users/"ct129-model-qwen3-6-27b
+  local users=("$root$tools"/users/*)
+  [ -e "${users[0]}" ] && return 0
+  if [ -d "$root$tools" ]; then
+    rm -rf "$root$tools"
+    note_change "removed $tools (no download uses it any more)"
+  fi
+  local others=("$root"/opt/gpuhosts/*/venv)
+  if [ -d "$root$uv_home" ] && [ ! -e "${others[0]}" ]; then
+    rm -rf "$root$uv_home"
+    note_change "removed $uv_home (no environment uses it any more)"
+    rmdir "$root"/opt/gpuhosts 2>/dev/null || true
+  fi
+}
+with_lock uv remove_tools_if_last
+finish
+GPUHOSTS_INNER
+)"
+pct exec "$vmid" -- bash -c "$script" gpuhosts </dev/null

@@ -1,0 +1,20 @@
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-nvidia-userspace]
+# [templates/lxc_gpu_passthrough/container.sh.j2 sha256:09b60c665343649d vmid=129 allow_restart=true]
+
+version=580.126.09
+state="$state_dir/ct-$vmid-userspace.state"
+
+# Only user space this unit installed is removed; a container that had its own keeps it.
+if [ -f "$state" ] && grep -qx 'previous_userspace=' "$state"; then
+  if ! pct config "$vmid" >/dev/null 2>&1; then
+    say "container $vmid is gone; nothing to uninstall"
+  elif ! container_running; then
+    refuse "container $vmid is stopped, so its NVIDIA user space cannot be removed; start it (pct start $vmid) and destroy again"
+  else
+    pct exec "$vmid" -- nvidia-uninstall --silent
+    note_change "removed NVIDIA user space $version from container $vmid"
+  fi
+fi
+rm -f "$state"
+rmdir "$state_dir" 2>/dev/null || true
+finish

@@ -1,0 +1,45 @@
+# managed by gpuhosts — unit ct129-service-qwen-sglang; generated from templates/, do not edit on the host.
+# Runs the script below inside container 129 (pct exec).
+set -euo pipefail
+vmid=129
+status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+if [ -z "$status" ]; then
+  printf '%s: container %s does not exist any more; nothing to remove in it\n' ct129-service-qwen-sglang "$vmid"
+  printf '%s\n' 'GPUHOSTS_RESULT {"changed":false,"rebootRequired":false}'
+  exit 0
+fi
+if [ "$status" != running ]; then
+  printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-service-qwen-sglang "$vmid" \
+    "${status:-missing}" "$vmid" >&2
+  exit 1
+fi
+script="$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-service-qwen-sglang]
+# Inside container 129: stop and remove service qwen-sglang; models and environments have their own teardown.
+unit_name=gpuhosts-qwen-sglang.service
+if systemctl is-active --quiet "$unit_name"; then
+  systemctl stop "$unit_name"
+  note_change "stopped $unit_name"
+fi
+if systemctl is-enabled --quiet "$unit_name" 2>/dev/null; then
+  systemctl disable --quiet "$unit_name"
+  note_change "disabled $unit_name"
+fi
+remove_file /etc/systemd/system/gpuhosts-qwen-sglang.service
+remove_file /etc/gpuhosts/qwen-sglang.env
+# Files shared by the services go with the last gpuhosts unit; the services' lock makes "the last" one answer.
+remove_shared_files() {
+  local others=("$root"/etc/systemd/system/gpuhosts-*.service)
+  if [ ! -e "${others[0]}" ]; then
+    remove_file /usr/local/lib/gpuhosts/sglang-serve.py
+    remove_file /usr/local/lib/gpuhosts/deploy-gate.py
+    rmdir "$root"/etc/gpuhosts 2>/dev/null || true
+    rmdir "$root"/usr/local/lib/gpuhosts 2>/dev/null || true
+  fi
+}
+with_lock services remove_shared_files
+[ "$changed" = 0 ] || systemctl daemon-reload
+finish
+GPUHOSTS_INNER
+)"
+pct exec "$vmid" -- bash -c "$script" gpuhosts </dev/null

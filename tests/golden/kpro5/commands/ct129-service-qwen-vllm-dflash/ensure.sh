@@ -1,0 +1,80 @@
+# managed by gpuhosts — unit ct129-service-qwen-vllm-dflash; generated from templates/, do not edit on the host.
+# Runs the script below inside container 129 (pct exec), handing it llmApiKey on stdin: the
+# secret reaches this command on its stdin and never appears in a command line, a file on the host or the log.
+set -euo pipefail
+vmid=129
+status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+if [ "$status" != running ]; then
+  printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-service-qwen-vllm-dflash "$vmid" \
+    "${status:-missing}" "$vmid" >&2
+  exit 1
+fi
+secret=""
+IFS= read -r secret || true
+if [ -z "$secret" ]; then
+  printf '%s: refused: %s did not arrive on stdin; set it with pulumi config set --secret\n' ct129-service-qwen-vllm-dflash llmApiKey >&2
+  exit 1
+fi
+script="$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-service-qwen-vllm-dflash]
+# Inside container 129: the systemd unit of service qwen-vllm-dflash (installed stopped).
+unit_name=gpuhosts-qwen-vllm-dflash.service
+enabled=false
+venv=/opt/gpuhosts/qwen-vllm-dflash/venv
+restart=0
+
+[ -x "$root$venv/bin/python" ] || refuse "$venv is missing; the service's Python environment comes first"
+[ -f "$root"/srv/models/Qwen3.6-27B/.gpuhosts-download ] || refuse "/srv/models/Qwen3.6-27B is not downloaded completely; its download comes first"
+[ -f "$root"/srv/models/Qwen3.6-27B-DFlash/.gpuhosts-download ] || refuse "/srv/models/Qwen3.6-27B-DFlash is not downloaded completely; its download comes first"
+
+# The launcher and the gate script are shared with the container's other services, whose teardown removes them
+# when it is the last one: installing them and that decision take the same lock.
+install_service_files() {
+install_file /etc/systemd/system/gpuhosts-qwen-vllm-dflash.service 0644 <<'GPUHOSTS_EOF'
+# [content: containers/129/etc/systemd/system/gpuhosts-qwen-vllm-dflash.service sha256:708cc9ebae78f460]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
+# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:5aeec20b0acde467]
+GPUHOSTS_EOF
+}
+with_lock services install_service_files
+# The API key: from stdin into a 0600 EnvironmentFile, the only place it is written.
+IFS= read -r key || true
+[ -n "$key" ] || refuse "no API key arrived for qwen-vllm-dflash"
+printf '%s=%s\n' VLLM_API_KEY "$key" | install_file /etc/gpuhosts/qwen-vllm-dflash.env 0600
+unset key
+[ "$file_changed" = 0 ] || restart=1
+if [ "$restart" = 1 ]; then
+  systemctl daemon-reload
+fi
+
+if [ "$enabled" = true ]; then
+  if ! systemctl is-enabled --quiet "$unit_name"; then
+    systemctl enable --quiet "$unit_name"
+    note_change "enabled $unit_name"
+  fi
+  if ! systemctl is-active --quiet "$unit_name"; then
+    systemctl start "$unit_name"
+    note_change "started $unit_name"
+  elif [ "$restart" = 1 ]; then
+    systemctl restart "$unit_name"
+    note_change "restarted $unit_name with its new settings"
+  fi
+  systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+  say "$unit_name is running; the deploy gate checks that it serves"
+else
+  if systemctl is-active --quiet "$unit_name"; then
+    systemctl stop "$unit_name"
+    note_change "stopped $unit_name (enabled: false)"
+  fi
+  if systemctl is-enabled --quiet "$unit_name"; then
+    systemctl disable --quiet "$unit_name"
+    note_change "disabled $unit_name"
+  fi
+  say "$unit_name is installed and stopped (enabled: false)"
+fi
+finish
+GPUHOSTS_INNER
+)"
+printf '%s\n' "$secret" | pct exec "$vmid" -- bash -c "$script" gpuhosts

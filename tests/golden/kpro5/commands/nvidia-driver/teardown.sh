@@ -1,0 +1,56 @@
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=nvidia-driver]
+
+version=580.126.09
+run_file=NVIDIA-Linux-x86_64-580.126.09.run
+cache="$root/var/cache/gpuhosts"
+state="$state_dir/nvidia-driver.state"
+
+if systemctl is-enabled --quiet gpuhosts-nvidia-persistenced.service || systemctl is-active --quiet gpuhosts-nvidia-persistenced.service; then
+  systemctl disable --now gpuhosts-nvidia-persistenced.service
+  note_change "disabled gpuhosts-nvidia-persistenced.service"
+fi
+remove_file /etc/systemd/system/gpuhosts-nvidia-persistenced.service
+if [ "$file_changed" = 1 ]; then
+  systemctl daemon-reload
+fi
+
+remove_file /etc/modprobe.d/gpuhosts-nouveau.conf
+if [ "$file_changed" = 1 ]; then
+  update-initramfs -u -k all
+  reboot_required=1
+fi
+
+# Only a driver this unit installed is removed; one that was there before stays.
+if [ -f "$state" ] && grep -qx 'previous_userspace=' "$state" && [ "$(userspace_version)" = "$version" ]; then
+  nvidia-uninstall --silent
+  note_change "uninstalled NVIDIA driver $version"
+  # The module unloads now if nothing uses it, else at the next boot.
+  for module in nvidia_uvm nvidia_drm nvidia_modeset nvidia; do
+    if [ -d "$root/sys/module/$module" ] && ! modprobe -r "$module"; then
+      reboot_required=1
+    fi
+  done
+fi
+
+packages=""
+if [ -f "$state" ]; then
+  packages="$(sed -n 's/^installed_packages=//p' "$state" | tr '\n' ' ')"
+fi
+package_list=()
+for pkg in $packages; do
+  if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    package_list+=("$pkg")
+  fi
+done
+if [ "${#package_list[@]}" -gt 0 ]; then
+  with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get remove -y "${package_list[@]}"
+  note_change "removed ${package_list[*]}"
+fi
+
+if [ -e "$cache/$run_file" ]; then
+  rm -f "$cache/$run_file"
+  rmdir "$cache" 2>/dev/null || true
+fi
+rm -f "$state"
+rmdir "$state_dir" 2>/dev/null || true
+finish

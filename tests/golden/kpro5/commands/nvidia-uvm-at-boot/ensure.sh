@@ -1,0 +1,22 @@
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=nvidia-uvm-at-boot]
+
+install_file /etc/systemd/system/gpuhosts-nvidia-uvm.service 0644 <<'GPUHOSTS_EOF'
+# [content: etc/systemd/system/gpuhosts-nvidia-uvm.service sha256:9372a1d1c36cf100]
+GPUHOSTS_EOF
+if [ "$file_changed" = 1 ]; then
+  systemctl daemon-reload
+fi
+if ! systemctl is-enabled --quiet gpuhosts-nvidia-uvm.service || ! systemctl is-active --quiet gpuhosts-nvidia-uvm.service; then
+  systemctl enable --now gpuhosts-nvidia-uvm.service
+  note_change "enabled gpuhosts-nvidia-uvm.service"
+fi
+# The nodes go away with the module (a driver upgrade unloads it); the oneshot unit then stays "active".
+if [ ! -e "$root/dev/nvidia-uvm" ] || [ ! -e "$root/dev/nvidia-uvm-tools" ]; then
+  systemctl restart gpuhosts-nvidia-uvm.service
+  note_change "recreated /dev/nvidia-uvm"
+fi
+for node in /dev/nvidia-uvm /dev/nvidia-uvm-tools; do
+  [ -e "$root$node" ] || refuse "$node is missing after starting gpuhosts-nvidia-uvm.service: is the nvidia module loaded (cat /proc/driver/nvidia/version)?"
+done
+say "nvidia-uvm major $(char_major nvidia-uvm) (dynamic; read from /proc/devices at every container start)"
+finish

@@ -1,0 +1,30 @@
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=dflash-training]
+# torchrun on GPUs [4, 5, 6, 7]; checkpoints in /data/checkpoints/Qwen3.6-27B-DFlash.
+unit_name=gpuhosts-dflash-training.service
+restart=0
+[ -e "$root"/data/data/qwen36-mix-913k/SHA256SUMS ] || refuse "/data/data/qwen36-mix-913k/SHA256SUMS is missing; the step that provides it comes first"
+[ -e "$root"/data/models/z-lab/Qwen3.6-27B-DFlash/.gpuhosts-download ] || refuse "/data/models/z-lab/Qwen3.6-27B-DFlash/.gpuhosts-download is missing; the step that provides it comes first"
+mkdir -p "$root"/data/checkpoints/Qwen3.6-27B-DFlash
+install_file /opt/gpuhosts/training/train_dflash_qwen36.sh 0755 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:c9bc1e547e5dfa20]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /etc/systemd/system/gpuhosts-dflash-training.service 0644 <<'GPUHOSTS_EOF'
+# [content: etc/systemd/system/gpuhosts-dflash-training.service sha256:1e0be9bdac12e129]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+[ "$restart" = 0 ] || systemctl daemon-reload
+if ! systemctl is-enabled --quiet "$unit_name"; then
+  systemctl enable --quiet "$unit_name"
+  note_change "enabled $unit_name"
+fi
+if ! systemctl is-active --quiet "$unit_name"; then
+  systemctl start "$unit_name"
+  note_change "started $unit_name"
+elif [ "$restart" = 1 ]; then
+  systemctl restart "$unit_name"
+  note_change "restarted $unit_name with its new settings"
+fi
+systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+say "$unit_name is running"
+finish

@@ -1,0 +1,85 @@
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=model-qwen3-6-27b]
+# On this host: Qwen/Qwen3.6-27B@main in /data/models/Qwen/Qwen3.6-27B.
+repo=Qwen/Qwen3.6-27B
+revision=main
+local_dir=/data/models/Qwen/Qwen3.6-27B
+hf=/opt/gpuhosts/downloads/venv/bin/hf
+python=/opt/gpuhosts/downloads/venv/bin/python
+marker="$root$local_dir/.gpuhosts-download"
+uv_version=0.13.9
+uv_home="$root/opt/gpuhosts/.uv"
+uv="$uv_home/bin/uv"
+tools=/opt/gpuhosts/downloads
+
+# --- hf, pinned, in an environment of the downloads' own: a download waits for no engine environment --------
+# ensure_uv — uv 0.13.9 in /opt/gpuhosts/.uv, shared by every environment here, so it is installed under the uv lock.
+ensure_uv() {
+  if [ "$("$uv" --version 2>/dev/null)" != "uv $uv_version" ]; then
+    [ -x "$root/usr/bin/python3" ] || refuse "this host has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
+    if ! "$root/usr/bin/python3" -c 'import ensurepip' 2>/dev/null; then
+      with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv
+    fi
+    [ -x "$uv_home/bin/python" ] || "$root/usr/bin/python3" -m venv "$uv_home"
+    "$uv_home/bin/python" -m pip install --quiet "uv==$uv_version"
+    [ "$("$uv" --version 2>/dev/null)" = "uv $uv_version" ] || refuse "uv $uv_version did not install into $uv_home"
+    note_change "installed uv $uv_version"
+  fi
+}
+with_lock uv ensure_uv
+# Each download registers itself, so that the last one's teardown knows to remove the tool environment.
+mkdir -p "$root$tools/users"
+: >"$root$tools/users/"model-qwen3-6-27b
+ensure_hf() {
+  if [ "$(cat "$root$tools/venv/.gpuhosts-requirement" 2>/dev/null)" != huggingface_hub==0.36.0 ] || [ ! -x "$root$hf" ]; then
+    [ -x "$root$tools/venv/bin/python" ] || "$uv" venv --python 3.12 "$root$tools/venv"
+    "$uv" pip install --python "$root$tools/venv/bin/python" huggingface_hub==0.36.0
+    printf '%s\n' huggingface_hub==0.36.0 >"$root$tools/venv/.gpuhosts-requirement"
+    note_change "installed huggingface_hub==0.36.0 into $tools/venv"
+  fi
+}
+with_lock hf ensure_hf
+
+if [ "$(cat "$marker" 2>/dev/null)" = "$repo@$revision" ]; then
+  say "$repo@$revision is complete in $local_dir"
+else
+  [ -x "$root$hf" ] || refuse "$hf is missing after installing huggingface_hub==0.36.0"
+  unset HF_TOKEN
+  mkdir -p "$root$local_dir"
+  rm -f "$marker"
+  say "downloading $repo@$revision into $local_dir (finished files are kept; a new run resumes)"
+  if ! HF_HUB_DISABLE_PROGRESS_BARS=1 "$root$hf" download "$repo" --revision "$revision" --local-dir "$root$local_dir"; then
+    refuse "the download of $repo@$revision stopped; run again to resume it (files already fetched are kept)"
+  fi
+  printf '%s\n' "$repo@$revision" >"$marker"
+  note_change "downloaded $repo@$revision into $local_dir"
+fi
+
+# --- verify what was downloaded against what the plan derived from it --------------------------------------
+if ! problems="$("$root$python" - "$root$local_dir/config.json" <<'GPUHOSTS_CHECK'
+import json, sys
+expected = json.loads('{"num_layers": 64}')
+config = json.load(open(sys.argv[1]))
+text = config.get("text_config") or {}
+problems = []
+if "num_layers" in expected:
+    layers = config.get("num_hidden_layers", text.get("num_hidden_layers"))
+    if layers != expected["num_layers"]:
+        problems.append(f"num_hidden_layers is {layers}, the plan derived the drafter's layer ids for {expected['num_layers']}")
+if "target_layer_ids" in expected:
+    ids = (config.get("dflash_config") or {}).get("target_layer_ids", config.get("target_layer_ids"))
+    if ids is not None and list(ids) != expected["target_layer_ids"]:
+        problems.append(f"dflash_config.target_layer_ids {ids} differ from {expected['target_layer_ids']} derived "
+                        "from the target; a drafter conditioned on other layers accepts almost nothing")
+if "sliding_window" in expected:
+    sliding = "sliding_attention" in (config.get("layer_types") or [])
+    if sliding != expected["sliding_window"]:
+        problems.append(f"the drafter {'has' if sliding else 'has no'} sliding-window layers, the plan assumed the "
+                        "opposite; set speculative.drafter.slidingWindow to match")
+print("; ".join(problems))
+sys.exit(1 if problems else 0)
+GPUHOSTS_CHECK
+)"; then
+  refuse "$local_dir/config.json: ${problems:-could not be read}"
+fi
+say "$local_dir/config.json agrees with the plan"
+finish

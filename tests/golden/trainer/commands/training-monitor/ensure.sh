@@ -1,0 +1,52 @@
+# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=training-monitor]
+# The monitoring web UI on 127.0.0.1:8686.
+unit_name=gpuhosts-training-monitor.service
+restart=0
+[ -e "$root"/opt/gpuhosts/monitor/venv/bin/python ] || refuse "/opt/gpuhosts/monitor/venv/bin/python is missing; the step that provides it comes first"
+install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__init__.py 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/__init__.py.sha256 sha256:1b433ebeec8db11c]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py.sha256 sha256:52342f18efe49460]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:bfac16bb9d2fd88b]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py.sha256 sha256:c1249ae409b6c57a]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py.sha256 sha256:5950a17255322f80]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py.sha256 sha256:716321fb44781dbf]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html.sha256 sha256:652569ed4ce86780]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /etc/systemd/system/gpuhosts-training-monitor.service 0644 <<'GPUHOSTS_EOF'
+# [content: etc/systemd/system/gpuhosts-training-monitor.service sha256:0235ffa98035cb92]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+[ "$restart" = 0 ] || systemctl daemon-reload
+if ! systemctl is-enabled --quiet "$unit_name"; then
+  systemctl enable --quiet "$unit_name"
+  note_change "enabled $unit_name"
+fi
+if ! systemctl is-active --quiet "$unit_name"; then
+  systemctl start "$unit_name"
+  note_change "started $unit_name"
+elif [ "$restart" = 1 ]; then
+  systemctl restart "$unit_name"
+  note_change "restarted $unit_name with its new settings"
+fi
+systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+say "$unit_name is running"
+finish
