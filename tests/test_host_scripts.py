@@ -374,7 +374,7 @@ DRIFT = [
     ("nvidia-uvm-at-boot", "rm $r/dev/nvidia-uvm-tools", "node /dev/nvidia-uvm-tools", "missing", True),
     ("ct129-gpu-devices", r"sed -i '/^dev[0-9]*: \/dev\/nvidiactl/d' $r/etc/pve/lxc/129.conf",
      "device /dev/nvidiactl", "absent", True),
-    ("ct129-nvidia-userspace", "pct stop 129", "user space in ct129", "container 129 not running", False),
+    ("ct129-nvidia-userspace", "pct stop 129", "user space in ct129", "container 129 stopped", False),
 ]
 
 

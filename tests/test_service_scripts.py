@@ -420,4 +420,4 @@ def test_a_stopped_container_is_reported_by_every_fact_observed_inside_it(served
     copy = Host(host.tree.parent / "stopped", host.run_file, host.sha256, 0, 0)
     shutil.copytree(host.tree, copy.tree, symlinks=True)
     assert subprocess.run(["pct", "stop", "129"], env=host_env(copy.tree), capture_output=True).returncode == 0
-    assert copy.probe(unit) == {name: "container 129 not running" for name in unit.desired}
+    assert copy.probe(unit) == {name: "container 129 stopped" for name in unit.desired}

@@ -1,16 +1,18 @@
 # [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-env-qwen-sglang]
 # The probe of ct129-env-qwen-sglang: reads the host and changes nothing; prints one facts line.
-# Inside container 129, in one pct exec; a container that is not running reports that for each of its facts.
-if [ "$(pct status 129 2>/dev/null | awk '{print $2}')" = running ]; then
-  inner_facts="$(pct exec 129 -- bash -c "$(cat <<'GPUHOSTS_INNER'
+# Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
+# facts says so).
+inner_facts="$(pct exec 129 -- bash -c "$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-env-qwen-sglang]
 # The probe of ct129-env-qwen-sglang: reads the host and changes nothing; prints one facts line.
 fact 'environment /opt/gpuhosts/qwen-sglang/venv' "$( { [ -x "$root/opt/gpuhosts/qwen-sglang/venv/bin/python" ] && cat "$root/opt/gpuhosts/qwen-sglang/venv/.gpuhosts-requirement" || echo missing; } 2>/dev/null || true)"
 emit_facts
 GPUHOSTS_INNER
 )" gpuhosts </dev/null 2>/dev/null | sed -n "s/^GPUHOSTS_FACTS {\(.*\)}\$/\1/p" | tail -n1)" || true
-  [ -z "$inner_facts" ] || probe_facts+="${probe_facts:+,}$inner_facts"
+if [ -n "$inner_facts" ]; then
+  probe_facts+="${probe_facts:+,}$inner_facts"
 else
-  fact 'environment /opt/gpuhosts/qwen-sglang/venv' "container 129 not running"
+  container_state="$(pct status 129 2>/dev/null | awk '{print $2}')" || true
+  fact 'environment /opt/gpuhosts/qwen-sglang/venv' "container 129 ${container_state:-missing}"
 fi
 emit_facts

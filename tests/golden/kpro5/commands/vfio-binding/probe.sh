@@ -29,10 +29,28 @@ slot_binding() {
   fi
 }
 
+# "SLOT VMID" for every hostpciN of every running VM, read once per probe: each qm call costs a Perl start on a
+# real host, and only running VMs matter here.
+running_vm_slots="$(
+  while read -r vmid status; do
+    [ "$status" = running ] || continue
+    while read -r entry; do
+      if [ "${entry#mapping=}" != "$entry" ]; then
+        entry="$(mapped_paths "${entry#mapping=}")"
+      fi
+      for id in ${entry//;/ }; do
+        id="$(normal_address "$id")"
+        printf '%s %s\n' "${id%.*}" "$vmid"
+        printf '%s %s\n' "$id" "$vmid"
+      done
+    done < <(qm config "$vmid" | sed -nE 's/^hostpci[0-9]+: ([^,]+).*/\1/p')
+  done < <(qm list 2>/dev/null | awk 'NR > 1 {print $1, $3}') 2>/dev/null
+)" || true
+
 # running_vms_with SLOT — the running VMs whose hostpciN names the slot, or "none".
 running_vms_with() {
   local found
-  found="$(vms_using_slot "$1" | awk '$2 == "running" {printf "%sVM %s", sep, $1; sep = ", "}')"
+  found="$(awk -v slot="$1" '$1 == slot && !seen[$2]++ {printf "%sVM %s", sep, $2; sep = ", "}' <<<"$running_vm_slots")"
   echo "${found:-none}"
 }
 
