@@ -228,3 +228,14 @@ def test_an_unreachable_host_says_what_to_do(template, converged):
     converged.engine.stack_rm()
     assert converged.engine.state() == {}
     assert tree_digest(converged.tree) == after
+
+
+def test_a_host_that_shows_another_key_is_refused_before_anything_runs(converged):
+    values = converged.values()
+    values["host"]["ssh"]["hostKey"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICsXHjlWhs3f2mkHV9MvWFYYsUeqST3abeFnm/3cM+DA"
+    converged.engine.stack_rm()
+    before = converged.digest()
+    with pytest.raises(ApplyError) as caught:
+        converged.up(values)
+    assert "presented another host key than the pinned one" in str(caught.value), str(caught.value)
+    assert converged.digest() == before
