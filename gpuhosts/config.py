@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from gpuhosts.fields import DNS_NAME, USER_NAME, control_characters, host_address, safe_directory
+
 NAMESPACE = "gpuhosts"
 SECTIONS = ("host", "nvidia", "gpus", "containers", "services")
 # Secret keys gpuhosts itself reads; services may name more (apiKeySecret).
@@ -47,6 +49,15 @@ class ConfigError(Exception):
 class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_control_characters(cls, value: Any) -> Any:
+        # A newline or an escape in any value could end a here-document, a unit line or a message early.
+        found = control_characters(value)
+        if found is not None:
+            raise ValueError(f"{found[:60]!r} holds a control character (newline, tab, escape …); remove it")
+        return value
+
 
 class Bootloader(str, Enum):
     SYSTEMD_BOOT = "systemd-boot"
@@ -68,6 +79,18 @@ class SshConfig(_Model):
     host: str = Field(min_length=1, description="Address or DNS name of the host's SSH server.")
     port: int = Field(22, ge=1, le=65535, description="SSH port.")
     user: str = Field("root", min_length=1, description="Login user; `pct set --devN` needs root.")
+
+    @field_validator("host")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        return host_address(value)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not USER_NAME.match(value):
+            raise ValueError(f"{value!r} is not a user name (lower-case letters, digits, '_', '-')")
+        return value
     host_key: str | None = Field(None, description="The host's public key (`ssh-ed25519 AAAA…`), pinned.")
     insecure_ignore_host_key: bool = Field(False, description="Skip host key checking (warns). Default false.")
 
@@ -175,14 +198,19 @@ class ModelStore(_Model):
     @field_validator("host_path", "path")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or ".." in value.split("/") or value.rstrip("/") in ("", "/"):
-            raise ValueError(f"{value!r} must be an absolute directory other than / and without '..'")
-        return value.rstrip("/")
+        return safe_directory(value)
 
 
 class ContainerConfig(_Model):
     vmid: int = Field(ge=100, le=999_999_999, description="The LXC container's vmid.")
     hostname: str = Field(min_length=1, description="The container's host name (checked, not set).")
+
+    @field_validator("hostname")
+    @classmethod
+    def _hostname(cls, value: str) -> str:
+        if not DNS_NAME.match(value):
+            raise ValueError(f"{value!r} is not a host name (RFC 1123: letters, digits and '-' in dot-separated labels)")
+        return value
     allow_restart: bool = Field(
         True, description="Restart the running container when its GPU devices change, so it sees them. Default true."
     )

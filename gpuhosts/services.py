@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from gpuhosts.fields import HF_REPO, HF_REVISION as REVISION, ip_address, safe_directory
 from gpuhosts.config import (
     NAMESPACE,
     PCI_ADDRESS,
@@ -27,8 +28,6 @@ from gpuhosts.config import (
 SERVICE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
 RELEASE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc|\.post|\.dev)\d+)?$")
 GIT_REF = re.compile(r"^(?:refs/(?:pull/\d+/head|heads/[\w./-]+|tags/[\w./-]+)|[0-9a-f]{40})$")
-HF_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-REVISION = re.compile(r"^[\w./-]{1,100}$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
 ENGINE_REPOSITORIES = {
@@ -143,9 +142,7 @@ class ModelSpec(_Model):
     @field_validator("local_dir")
     @classmethod
     def _dir(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("/") or ".." in value.split("/")):
-            raise ValueError(f"{value!r} must be an absolute path without '..'")
-        return value
+        return None if value is None else safe_directory(value)
 
     @property
     def path(self) -> str:
@@ -243,6 +240,11 @@ class ServiceConfig(_Model):
         if self.mamba_scheduler_strategy is not None and self.engine.name is not Engine.SGLANG:
             raise ValueError("mambaSchedulerStrategy is an SGLang setting; remove it for vllm")
         return self
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, value: str) -> str:
+        return ip_address(value)
 
     @field_validator("name")
     @classmethod

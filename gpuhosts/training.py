@@ -26,6 +26,8 @@ from gpuhosts.config import (
     stray_key_problems,
     _validate_at,
 )
+from gpuhosts.fields import below, ip_address, safe_directory
+from gpuhosts_monitor.bind import is_loopback
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
 
 TRAINER_SECTIONS = ("node", "training")
@@ -62,9 +64,7 @@ class NodeConfig(_Model):
     @field_validator("storage")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or ".." in value.split("/") or value.rstrip("/") == "":
-            raise ValueError(f"{value!r} must be an absolute directory other than /")
-        return value.rstrip("/")
+        return safe_directory(value)
 
 
 class ServerSpec(_Model):
@@ -119,6 +119,11 @@ class MonitorSpec(_Model):
     token_secret: str | None = Field(None, description="Secret stack key with the monitor's token; required for any "
                                                        "bind other than 127.0.0.1.")
 
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, value: str) -> str:
+        return ip_address(value)
+
 
 class TrainingConfig(_Model):
     verifier: ModelSpec = Field(description="The target model whose hidden states train the drafter.")
@@ -134,6 +139,11 @@ class TrainingConfig(_Model):
     delete_checkpoints_on_destroy: bool = Field(False, description="Delete checkpoints on destroy. Default false: kept.")
     python: str = Field("3.12", pattern=r"^3\.\d{1,2}$", description="Python of the environments. Default 3.12.")
     monitor: MonitorSpec = Field(MonitorSpec(), description="The monitoring web UI.")
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _checkpoints(cls, value: str | None) -> str | None:
+        return None if value is None else safe_directory(value)
 
     @field_validator("training_gpus")
     @classmethod
@@ -196,15 +206,47 @@ def _training_problems(node: NodeConfig, training: TrainingConfig, secret_keys: 
         add("training.drafter.gated", f"{training.drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
             f"`pulumi config set --secret {NAMESPACE}:hfToken`")
     monitor = training.monitor
-    if monitor.bind not in ("127.0.0.1", "::1", "localhost") and monitor.token_secret is None:
+    if not is_loopback(monitor.bind) and monitor.token_secret is None:
         add("training.monitor.tokenSecret", f"is required when the monitor binds {monitor.bind}: anyone who reaches the "
             "port would see the training; set a secret key name, or keep bind 127.0.0.1 and use an SSH tunnel")
     if monitor.token_secret is not None and monitor.token_secret not in secret_keys:
         add("training.monitor.tokenSecret", f"{NAMESPACE}:{monitor.token_secret} is not a secret of this stack; "
             f"`pulumi config set --secret {NAMESPACE}:{monitor.token_secret}`")
+    if monitor.port == training.server.port:
+        add("training.monitor.port", f"{monitor.port} is the hidden-state server's port too; give each its own port")
+    problems += _path_problems(node, training)
     if training.server.max_model_len < training.hyper.max_seq_len:
         add("training.server.maxModelLen", f"{training.server.max_model_len} is shorter than hyper.maxSeqLen "
             f"{training.hyper.max_seq_len}; the server could not extract a whole sample")
+    return problems
+
+
+def _path_problems(node: NodeConfig, training: TrainingConfig) -> list[Problem]:
+    """What destroy may delete lies where gpuhosts put it, and never holds what it keeps."""
+    problems: list[Problem] = []
+    storage = node.storage
+    models = {"training.verifier.localDir": training.verifier.local_dir or f"{storage}/models/{training.verifier.repo}",
+              "training.drafter.localDir": training.drafter.local_dir or f"{storage}/models/{training.drafter.repo}"}
+    dataset = f"{storage}/data/{training.dataset.name}"
+    checkpoints = training.checkpoints
+    if checkpoints is not None:
+        kept = {**models, "training.dataset": dataset, "node.storage": storage}
+        for field, path in kept.items():
+            if below(path, checkpoints):
+                problems.append(Problem(path=f"{NAMESPACE}:training.checkpoints", message=(
+                    f"{checkpoints} holds {path} ({field}); destroy with deleteCheckpointsOnDestroy would delete it; "
+                    f"give checkpoints a directory of their own, e.g. {storage}/checkpoints/<name>")))
+                break
+        else:
+            if not below(checkpoints, storage):
+                problems.append(Problem(path=f"{NAMESPACE}:training.checkpoints", message=(
+                    f"{checkpoints} is outside node.storage ({storage}); keep checkpoints under it, where gpuhosts "
+                    "owns what it deletes")))
+    for field, spec in (("training.verifier", training.verifier), ("training.drafter", training.drafter)):
+        path = models[f"{field}.localDir"]
+        if spec.delete_on_destroy and (path.count("/") < 2 or below(storage, path)):
+            problems.append(Problem(path=f"{NAMESPACE}:{field}.deleteOnDestroy", message=(
+                f"would delete {path}, which holds more than this model; give the model a directory of its own")))
     return problems
 
 

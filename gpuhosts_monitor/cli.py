@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from gpuhosts_monitor.app import MonitorConfig, create_app
+from gpuhosts_monitor.bind import is_loopback
 
 EXIT_USAGE = 2
 log = logging.getLogger("gpuhosts_monitor")
@@ -22,13 +23,6 @@ log = logging.getLogger("gpuhosts_monitor")
 
 class ConfigError(Exception):
     """A setting the monitor refuses to start with; the message says which and why."""
-
-
-def is_loopback(bind: str) -> bool:
-    try:
-        return ipaddress.ip_address(bind).is_loopback
-    except ValueError:
-        return False
 
 
 def read_token(path: Path) -> str:

@@ -56,7 +56,7 @@ BAD = [
      "gpuhosts:training.dataset.source", "https:// or file:///"),
     ("unquoted driver version", lambda v: v["node"].update(driverVersion=580.126), "gpuhosts:node.driverVersion",
      "quote it"),
-    ("storage root", lambda v: v["node"].update(storage="/"), "gpuhosts:node.storage", "other than /"),
+    ("storage root", lambda v: v["node"].update(storage="/"), "gpuhosts:node.storage", "is a system directory"),
     ("a Proxmox key in a node stack", lambda v: v.update(gpus=[]), "gpuhosts:gpus",
      "is not a setting of a training node stack"),
     ("a plain-text token", lambda v: v.update(hfToken="hf_plainTrainerToken"), "gpuhosts:hfToken",

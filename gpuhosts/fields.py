@@ -1,0 +1,90 @@
+"""Field rules shared by both kinds of stack: what a value may be before it can reach a host.
+
+Every string of a stack is data that ends up in a bash script, a systemd unit or a path gpuhosts writes or deletes,
+so these rules are as tight as the domain allows: no control characters anywhere, host names as RFC 1123 has
+them, Hugging Face names in its own character set, paths absolute and normalised and never a system directory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from typing import Any
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# RFC 1123 §2.1: labels of letters, digits and '-', not starting or ending with '-', 63 at most, 253 in all.
+DNS_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                      r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+# huggingface_hub validate_repo_id: `namespace/name`, letters, digits, '-', '_', '.', at most 96 characters.
+HF_REPO = re.compile(r"^(?=.{1,96}$)[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A branch, tag or commit: git's ref-name characters without the ones git refuses (no '..', no leading '-').
+HF_REVISION = re.compile(r"^(?!.*\.\.)[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$")
+# POSIX portable user names (IEEE Std 1003.1, 3.437) as useradd accepts them.
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# Directories whose contents belong to the system or to Proxmox: never a place gpuhosts stores into or deletes.
+SYSTEM_DIRS = ("/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+               "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib",
+               "/var/log", "/var/cache", "/var/tmp", "/var/lib/vz", "/var/lib/lxc", "/var/lib/gpuhosts",
+               "/opt/gpuhosts", "/usr/local")
+# Trees that are the system's as a whole: nothing below them either.
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr",
+                "/var/lib/vz", "/var/lib/lxc", "/var/lib/gpuhosts", "/opt/gpuhosts")
+
+
+def control_characters(value: Any) -> str | None:
+    """The first string in `value` (a string, or lists and mappings of them) that holds a control character."""
+    if isinstance(value, str):
+        return value if CONTROL.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = control_characters(key) or control_characters(item)
+            if found:
+                return found
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = control_characters(item)
+            if found:
+                return found
+    return None
+
+
+def safe_directory(value: str, *, system_ok: tuple[str, ...] = ()) -> str:
+    """An absolute, normalised directory that is not the system's; trailing slashes dropped."""
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path; write it from /")
+    trimmed = value.rstrip("/") or "/"
+    if ".." in trimmed.split("/") or posixpath.normpath(trimmed) != trimmed:
+        raise ValueError(f"{value!r} is not a normalised path (no '.', '..' or '//'); write "
+                         f"{posixpath.normpath(trimmed)!r}")
+    if trimmed in SYSTEM_DIRS and trimmed not in system_ok:
+        raise ValueError(f"{trimmed} is a system directory; use a directory of its own below it (e.g. {trimmed.rstrip('/')}/models)")
+    for tree in SYSTEM_TREES:
+        if trimmed.startswith(tree + "/") and trimmed not in system_ok:
+            raise ValueError(f"{trimmed} lies in {tree}, which belongs to the system; use a data directory "
+                             "(e.g. /srv/models/…, /tank/models)")
+    return trimmed
+
+
+def below(path: str, root: str) -> bool:
+    """`path` is `root` or lies under it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def ip_address(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        hint = " (write 127.0.0.1)" if value == "localhost" else ""
+        raise ValueError(f"{value!r} is not an IP address{hint}; give the address to listen on, e.g. 127.0.0.1 or "
+                         "0.0.0.0") from None
+
+
+def host_address(value: str) -> str:
+    """An SSH target: an IP address or an RFC 1123 DNS name."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        if DNS_NAME.match(value):
+            return value
+        raise ValueError(f"{value!r} is neither an IP address nor a DNS name") from None
