@@ -5,11 +5,36 @@ A stack declares either a Proxmox VE host (`gpuhosts:host` …) or a training no
 
 import pulumi
 
-from gpuhosts.config import NAMESPACE, SECTIONS, ConfigError
+from gpuhosts.config import NAMESPACE, SECTIONS, ConfigError, stack_kind
 from gpuhosts.services import referenced_secrets
 from gpuhosts.training import TRAINER_SECTIONS, referenced_training_secrets
 
 settings = pulumi.Config()
+
+
+def stack_config_keys() -> set[str]:
+    """Every key the stack's config holds, in any namespace: the language host hands the program all of them."""
+    from pulumi.runtime import config as runtime_config
+
+    return set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
+
+
+def gpuhosts_values(keys: set[str]) -> dict:
+    """Every gpuhosts:* key, known or not, so that one validation refuses a stray one; secrets by name only."""
+    values = {}
+    for key in sorted(keys):
+        namespace, _, name = key.partition(":")
+        if namespace == NAMESPACE:
+            values[name] = "[secret]" if pulumi.runtime.is_config_secret(key) else config_value(name)
+    return values
+
+
+def config_value(name: str):
+    # Objects and lists arrive as JSON text, scalars as plain text.
+    try:
+        return settings.get_object(name)
+    except (ValueError, pulumi.ConfigTypeError):
+        return settings.get(name)
 
 
 def secret_keys_among(names: set[str]) -> set[str]:
@@ -17,21 +42,25 @@ def secret_keys_among(names: set[str]) -> set[str]:
     return {name for name in names if pulumi.runtime.is_config_secret(f"{NAMESPACE}:{name}")}
 
 
-def validated(validate, raw, secret_keys):
+def validated(validate, raw, secret_keys, other_keys):
     try:
-        return validate(raw, secret_keys)
+        return validate(raw, secret_keys, other_keys)
     except ConfigError as error:
         # A RunError is shown as the message alone, without a Python traceback, before any resource exists.
         raise pulumi.RunError(str(error)) from None
 
 
-if settings.get_object("node") is not None or settings.get_object("training") is not None:
+keys = stack_config_keys()
+others = sorted(key for key in keys if not key.startswith(f"{NAMESPACE}:"))
+everything = gpuhosts_values(keys)
+
+if stack_kind(everything) == "trainer":
     from components.training_node import TrainingNode
     from gpuhosts.training import validate_trainer_stack
 
-    raw = {key: settings.get_object(key) for key in TRAINER_SECTIONS}
-    secret_keys = secret_keys_among({"sshPrivateKey"} | referenced_training_secrets(raw["training"]))
-    trainer = validated(validate_trainer_stack, raw, secret_keys)
+    raw = {**{key: None for key in TRAINER_SECTIONS}, **everything}
+    secret_keys = secret_keys_among(set(everything) | {"sshPrivateKey"} | referenced_training_secrets(raw["training"]))
+    trainer = validated(validate_trainer_stack, raw, secret_keys, others)
     for warning in trainer.warnings:
         pulumi.log.warn(warning)
     secrets = {name: settings.require_secret(name) for name in sorted(secret_keys)}
@@ -41,9 +70,9 @@ else:
     from components.proxmox_host import ProxmoxHost, summarize_host
     from gpuhosts.config import validate_stack
 
-    raw = {key: settings.get_object(key) for key in SECTIONS}
-    secret_keys = secret_keys_among({"sshPrivateKey"} | referenced_secrets(raw["services"]))
-    config = validated(validate_stack, raw, secret_keys)
+    raw = {**{key: None for key in SECTIONS}, **everything}
+    secret_keys = secret_keys_among(set(everything) | {"sshPrivateKey"} | referenced_secrets(raw["services"]))
+    config = validated(validate_stack, raw, secret_keys, others)
     for warning in config.warnings():
         pulumi.log.warn(warning)
     secrets = {name: settings.require_secret(name) for name in sorted(secret_keys)}

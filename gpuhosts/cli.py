@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 from gpuhosts.config import ConfigError
 from gpuhosts.plan import PlanError, write_plan
 from gpuhosts.render import PROJECT_ROOT, TemplateError
+
+
+# Pulumi's stack names: letters, digits, '-', '_' and '.', at most 100 (pulumi sdk/go/common/tokens ValidateStackName);
+# none can climb out of a folder.
+STACK_NAME = re.compile(r"^(?!\.+$)[A-Za-z0-9_.-]{1,100}$")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--out", type=Path, help="output folder (default: build/plan/STACK)")
     args = parser.parse_args(argv)
 
+    if not STACK_NAME.match(args.stack):
+        print(f"gpuhosts plan: {args.stack!r} is not a stack name (letters, digits, '-', '_', '.'; as `pulumi stack "
+              "init` accepts them)", file=sys.stderr)
+        return 2
     stack_file = args.stack_file or PROJECT_ROOT / "stacks" / f"Pulumi.{args.stack}.yaml"
     out = args.out or PROJECT_ROOT / "build" / "plan" / args.stack
     try:

@@ -15,7 +15,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from gpuhosts.fields import DNS_NAME, USER_NAME, control_characters, host_address, safe_directory
+from gpuhosts.fields import (
+    DNS_NAME,
+    USER_NAME,
+    control_characters,
+    host_address,
+    placeholder_address,
+    placeholder_digest,
+    placeholder_url,
+    safe_directory,
+)
 
 NAMESPACE = "gpuhosts"
 SECTIONS = ("host", "nvidia", "gpus", "containers", "services")
@@ -249,10 +258,31 @@ class StackConfig(_Model):
             found.append(
                 f"{NAMESPACE}:host.ssh.insecureIgnoreHostKey is true: the host's identity is not checked; pin hostKey instead"
             )
+        found += ssh_placeholders("host", self.host.ssh)
+        if self.nvidia is not None and placeholder_digest(self.nvidia.sha256):
+            found.append(f"{NAMESPACE}:nvidia.sha256 is a placeholder ({self.nvidia.sha256[:8]}…); put in the sha256 of "
+                         f"{self.nvidia.run_file} before `pulumi up`, or the driver unit refuses the download")
+        if self.nvidia is not None and self.nvidia.url and placeholder_url(self.nvidia.url):
+            found.append(f"{NAMESPACE}:nvidia.url points at a placeholder host ({self.nvidia.url})")
+        from gpuhosts.compat import model_facts
+
+        for index, service in enumerate(self.services):
+            for field, spec in (("model", service.model), ("speculative.drafter", service.speculative.drafter)):
+                if spec is not None and spec.num_layers is None and model_facts(spec.repo).num_layers is None:
+                    found.append(f"{NAMESPACE}:services[{index}].{field}.repo {spec.repo} is not in the known-models "
+                                 "table: its layer count and layer ids are not checked (give numLayers to check them)")
         for index, container in enumerate(self.containers):
             if not self.container_gpus(container.vmid):
                 found.append(f"{NAMESPACE}:containers[{index}]: container {container.vmid} is declared but receives no GPU")
         return found + list(self.service_warnings)
+
+
+def ssh_placeholders(section: str, ssh: SshConfig) -> list[str]:
+    if not placeholder_address(ssh.host):
+        return []
+    return [f"{NAMESPACE}:{section}.ssh.host {ssh.host} is a placeholder (a documentation address or example name); "
+            f"put in the host's address, and its key from `ssh-keyscan -t ed25519 ADDRESS` as {section}.ssh.hostKey "
+            "(the key pinned beside a placeholder address is a placeholder too)"]
 
 
 def _path(loc: tuple[Any, ...]) -> str:
@@ -324,7 +354,27 @@ def _cross_field_problems(host: HostConfig | None, nvidia: NvidiaConfig | None, 
     return problems
 
 
-def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset()) -> StackConfig:
+def namespace_problems(keys) -> list[Problem]:
+    """Config keys in a namespace that looks like a misspelt `gpuhosts`: under `pulumi up` the program would not see
+    them, so the section they hold would silently be empty (and a converged host torn down to match)."""
+    problems = []
+    for key in sorted(keys):
+        namespace, _, name = str(key).partition(":")
+        if namespace == NAMESPACE or not name:
+            continue
+        if namespace.lower() == NAMESPACE or difflib.SequenceMatcher(None, namespace.lower(), NAMESPACE).ratio() >= 0.75:
+            problems.append(Problem(path=str(key), message=f"namespace {namespace!r} is not {NAMESPACE!r}; did you mean "
+                                                           f"{NAMESPACE}:{name}?"))
+    return problems
+
+
+def stack_kind(raw: dict[str, Any]) -> str:
+    """`trainer` for a training node's stack (it has gpuhosts:node or gpuhosts:training), else `proxmox`."""
+    return "trainer" if raw.get("node") is not None or raw.get("training") is not None else "proxmox"
+
+
+def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset(),
+                   other_keys=()) -> StackConfig:
     """Turn the stack's `gpuhosts:*` values (namespace stripped) into a StackConfig, or raise ConfigError.
 
     Each section and each list entry is validated on its own, so one run reports every problem in the stack.
@@ -332,8 +382,9 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     """
     from gpuhosts.services import check_stack_services, referenced_secrets, validate_service_entries
 
-    problems = stray_key_problems(raw, SECTIONS, SECRET_KEYS, referenced_secrets(raw.get("services")), secret_keys,
-                                  "is not a gpuhosts setting")
+    problems = namespace_problems(other_keys)
+    problems += stray_key_problems(raw, SECTIONS, SECRET_KEYS, referenced_secrets(raw.get("services")), secret_keys,
+                                   "is not a gpuhosts setting")
 
     def section(model: type[_Model], key: str) -> Any:
         if raw.get(key) is None:

@@ -88,3 +88,28 @@ def host_address(value: str) -> str:
         if DNS_NAME.match(value):
             return value
         raise ValueError(f"{value!r} is neither an IP address nor a DNS name") from None
+
+
+# Values that only stand in for the real one: a documentation address (RFC 5737, RFC 3849), an example or internal
+# domain name (RFC 2606, RFC 6762 appendix G), a digest of one repeated digit.
+_DOCUMENTATION_NETS = tuple(ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24",
+                                                               "2001:db8::/32"))
+_EXAMPLE_DOMAINS = re.compile(r"(^|\.)(example|invalid|test|localhost|internal)(\.[a-z]+)?$|(^|\.)example\.(com|net|org)$")
+
+
+def placeholder_address(value: str) -> bool:
+    try:
+        return any(ipaddress.ip_address(value) in net for net in _DOCUMENTATION_NETS)
+    except ValueError:
+        return bool(_EXAMPLE_DOMAINS.search(value.lower()))
+
+
+def placeholder_digest(value: str) -> bool:
+    return len(set(value)) == 1
+
+
+def placeholder_url(value: str) -> bool:
+    from urllib.parse import urlsplit
+
+    host = urlsplit(value).hostname
+    return host is not None and placeholder_address(host)

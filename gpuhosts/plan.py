@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpuhosts.config import NAMESPACE, validate_stack
+from gpuhosts.config import NAMESPACE, stack_kind, validate_stack
 from gpuhosts.services import referenced_secrets
 
 SECRET = "[secret]"
@@ -25,6 +25,8 @@ SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
 # Stands in for secrets the CLI would decrypt; it must never reach a plan file.
 SECRET_PLACEHOLDER = "gpuhosts-plan-secret-placeholder"
 HOST_UNIT_TYPE = "pulumi-python:dynamic:Resource"
+# Written into every plan folder: only a folder that holds it may be replaced by the next plan.
+PLAN_MARKER = ".gpuhosts-plan"
 SCRIPTS = ("ensure", "teardown", "probe")
 
 
@@ -48,16 +50,30 @@ class ProgramRun:
     outputs: dict[str, Any] = field(default_factory=dict)
 
 
-def read_stack_file(path: Path) -> tuple[dict[str, Any], set[str]]:
-    """The stack's gpuhosts:* values (namespace stripped) and which of them are secure (encrypted) values."""
+def read_stack_file(path: Path, other_keys: list[str] | None = None) -> tuple[dict[str, Any], set[str]]:
+    """The stack's gpuhosts:* values (namespace stripped) and which of them are secure (encrypted) values; the keys
+    of other namespaces go to `other_keys`. A file that is not a stack file is named with the reason and line."""
     if not path.is_file():
         raise PlanError(f"stack file {path} does not exist; create it or pass --stack-file")
-    document = yaml.safe_load(path.read_text()) or {}
+    try:
+        document = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise PlanError(f"{path}: is not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        reason = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise PlanError(f"{where}: not valid YAML: {reason}") from None
+    document = {} if document is None else document
+    if not isinstance(document, dict) or not isinstance(document.get("config") or {}, dict):
+        raise PlanError(f"{path}: a stack file is a mapping with a `config:` mapping of `gpuhosts:KEY: value` entries")
     values: dict[str, Any] = {}
     secure: set[str] = set()
     for key, value in (document.get("config") or {}).items():
-        namespace, _, name = key.partition(":")
+        namespace, _, name = str(key).partition(":")
         if namespace != NAMESPACE:
+            if other_keys is not None:
+                other_keys.append(str(key))
             continue
         if isinstance(value, dict) and set(value) == {"secure"}:
             secure.add(name)
@@ -103,7 +119,7 @@ def _unwrap(value: Any) -> Any:
 
 
 def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_keys: set[str] = frozenset(),
-                *, reveal_secrets: bool = False) -> ProgramRun:
+                *, reveal_secrets: bool = False, extra_config: dict[str, Any] | None = None) -> ProgramRun:
     """Run __main__.py under mocks with `values` as the stack's config; `secret_keys` (and sshPrivateKey) are
     secrets and stay marked secret. With `reveal_secrets` the recorded inputs keep secret values (unwrapped), as
     the engine holds them: only for a harness that plays the engine, never for a plan file."""
@@ -136,6 +152,8 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
             return response
 
     config = {f"{NAMESPACE}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    # Keys of other namespaces, as a stack file may hold them.
+    config.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in (extra_config or {}).items()})
     secret_names = sorted(set(secret_keys) | {"sshPrivateKey"})
     for name in secret_names:
         config.setdefault(f"{NAMESPACE}:{name}", SECRET_PLACEHOLDER)
@@ -153,21 +171,17 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
     return run
 
 
-def is_training_stack(values: dict[str, Any]) -> bool:
-    return values.get("node") is not None or values.get("training") is not None
-
-
-def load_stack(values: dict[str, Any], secure: set[str]):
+def load_stack(values: dict[str, Any], secure: set[str], other_keys=()):
     """A stack's host name, its unit graph, and its warnings — a Proxmox host or a training node."""
-    if is_training_stack(values):
+    if stack_kind(values) == "trainer":
         from components.training_node import plan_training_node
         from gpuhosts.training import validate_trainer_stack
 
-        trainer = validate_trainer_stack(values, secure)
+        trainer = validate_trainer_stack(values, secure, other_keys)
         return trainer.node.name, plan_training_node(trainer).graph, list(trainer.warnings)
     from components.proxmox_host import plan_host
 
-    config = validate_stack(values, secure)
+    config = validate_stack(values, secure, other_keys)
     return config.host.name, plan_host(config), config.warnings()
 
 
@@ -207,10 +221,21 @@ def _dump(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def check_out(out: Path) -> None:
+    """`--out` is replaced whole, so it must be a folder a plan wrote (its marker says so), empty, or absent."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise PlanError(f"--out {out} is not a folder; give a folder for the plan")
+    if out.is_dir() and any(out.iterdir()) and not (out / PLAN_MARKER).is_file():
+        raise PlanError(f"--out {out} holds files that no gpuhosts plan wrote (no {PLAN_MARKER}); a plan replaces its "
+                        "folder whole, so give an empty or new folder")
+
+
 def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> dict[str, Any]:
     """Validate, run the program, and write the plan into `out` (replaced whole; untouched on any error)."""
-    values, secure, secret_warnings = stand_in_secrets(*read_stack_file(stack_file))
-    host, graph, stack_warnings = load_stack(values, secure)
+    check_out(out)
+    other_keys: list[str] = []
+    values, secure, secret_warnings = stand_in_secrets(*read_stack_file(stack_file, other_keys))
+    host, graph, stack_warnings = load_stack(values, secure, other_keys)
     run = run_program(project_root, stack, values, secure)
     check_materialized(graph, run.resources)
 
@@ -252,6 +277,7 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
 
         if SECRET_PLACEHOLDER in "".join(p.read_text() for p in staging.rglob("*") if p.is_file()):
             raise PlanError("a secret value reached the plan output; refusing to write it")
+        (staging / PLAN_MARKER).write_text("a gpuhosts plan: `gpuhosts plan` replaces this folder whole\n")
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)

@@ -23,11 +23,14 @@ from gpuhosts.config import (
     Problem,
     SshConfig,
     _Model,
+    namespace_problems,
+    ssh_placeholders,
     stray_key_problems,
     _validate_at,
 )
-from gpuhosts.fields import below, ip_address, safe_directory
+from gpuhosts.fields import below, ip_address, placeholder_digest, placeholder_url, safe_directory
 from gpuhosts_monitor.bind import is_loopback
+from gpuhosts.compat import model_facts
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
 
 TRAINER_SECTIONS = ("node", "training")
@@ -261,11 +264,13 @@ def referenced_training_secrets(raw_training: Any) -> set[str]:
     return names
 
 
-def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset()) -> TrainerStack:
+def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset(),
+                           other_keys=()) -> TrainerStack:
     """Turn a training node stack's values into a TrainerStack, or raise ConfigError naming every problem."""
     from gpuhosts.compat import check_training
 
-    problems = stray_key_problems(raw, TRAINER_SECTIONS, TRAINER_SECRET_KEYS,
+    problems = namespace_problems(other_keys)
+    problems += stray_key_problems(raw, TRAINER_SECTIONS, TRAINER_SECRET_KEYS,
                                   referenced_training_secrets(raw.get("training")), secret_keys,
                                   "is not a setting of a training node stack")
     node = training = None
@@ -290,6 +295,16 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
         raise ConfigError(problems)
     if node.ssh.insecure_ignore_host_key:
         warnings.append(f"{NAMESPACE}:node.ssh.insecureIgnoreHostKey is true: the node's identity is not checked")
+    warnings += ssh_placeholders("node", node.ssh)
+    if placeholder_url(training.dataset.source):
+        warnings.append(f"{NAMESPACE}:training.dataset.source {training.dataset.source} is on a placeholder domain; "
+                        "put in where the tokenized data set is served, and its manifestSha256")
+    if placeholder_digest(training.dataset.manifest_sha256):
+        warnings.append(f"{NAMESPACE}:training.dataset.manifestSha256 is a placeholder; put in `sha256sum SHA256SUMS`")
+    for field, spec in (("training.verifier", training.verifier), ("training.drafter", training.drafter)):
+        if model_facts(spec.repo).num_layers is None and spec.num_layers is None:
+            warnings.append(f"{NAMESPACE}:{field}.repo {spec.repo} is not in the known-models table: its layer count "
+                            "is not checked after the download (give numLayers to check it)")
     return TrainerStack(node=node, training=training, warnings=tuple(warnings))
 
 

@@ -156,8 +156,9 @@ def test_an_api_key_set_without_secret_stops_the_program():
     import pulumi
 
     values = {**kpro5_values(), "llmApiKey": "sk-plain-program-key"}
-    with pytest.raises(pulumi.RunError, match=r"gpuhosts:services\[0\]\.apiKeySecret: gpuhosts:llmApiKey is not a "
-                                              r"secret of this stack") as caught:
+    # The program reads every gpuhosts key, so it sees the plain-text value as the plan does.
+    with pytest.raises(pulumi.RunError, match=r"gpuhosts:llmApiKey: holds a secret as plain text; remove it and run "
+                                              r"`pulumi config set --secret gpuhosts:llmApiKey`") as caught:
         run_program(PROJECT, "kpro5", values, KPRO5_SECRETS - {"llmApiKey"})
     assert "sk-plain-program-key" not in str(caught.value)
 
@@ -205,3 +206,22 @@ def test_an_invalid_trainer_stack_stops_the_program():
     values["training"]["trainingGpus"] = [0, 1, 2, 3]
     with pytest.raises(pulumi.RunError, match=r"gpuhosts:training\.trainingGpus: GPU\(s\) \[0, 1, 2, 3\] are also"):
         run_program(PROJECT, "trainer", values, TRAINER_SECRETS)
+
+
+@pytest.mark.parametrize("key", ["gpuhost:services", "gpuhost:host", "GPUHOSTS:gpus"])
+def test_a_misspelt_namespace_stops_the_program_naming_the_intended_key(key):
+    import pulumi
+
+    values = kpro5_values()
+    section = key.split(":", 1)[1]
+    run_values = {k: v for k, v in values.items() if k != section}
+    with pytest.raises(pulumi.RunError, match=rf"{key}: namespace .* is not 'gpuhosts'; did you mean gpuhosts:{section}\?"):
+        run_program(PROJECT, "kpro5", run_values, KPRO5_SECRETS, extra_config={key: values[section]})
+
+
+def test_an_unknown_gpuhosts_key_stops_the_program():
+    import pulumi
+
+    values = {**kpro5_values(), "service": [{"name": "x"}]}
+    with pytest.raises(pulumi.RunError, match=r"gpuhosts:service: is not a gpuhosts setting; did you mean gpuhosts:services\?"):
+        run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)
