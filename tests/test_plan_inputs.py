@@ -1,0 +1,75 @@
+"""`gpuhosts plan` on mistaken input: every problem named (file, line, field), nothing written, nothing deleted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import PROJECT
+
+KPRO5 = PROJECT / "stacks" / "Pulumi.kpro5.yaml"
+
+
+def plan(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuhosts.cli", "plan", *argv], capture_output=True, text=True,
+                          cwd=PROJECT, timeout=120)
+
+
+def test_out_onto_a_folder_no_plan_wrote_is_refused_and_left_alone(tmp_path):
+    kept = tmp_path / "mine.txt"
+    kept.write_text("mine\n")
+    result = plan("kpro5", "--out", str(tmp_path))
+    assert result.returncode == 1 and "holds files that no gpuhosts plan wrote" in result.stderr, result.stderr
+    assert kept.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+def test_a_plan_folder_is_replaced_by_the_next_plan(tmp_path):
+    out = tmp_path / "plan"
+    assert plan("kpro5", "--out", str(out)).returncode == 0
+    (out / "stale").write_text("from an older plan\n")
+    assert plan("kpro5", "--out", str(out)).returncode == 0
+    assert not (out / "stale").exists() and (out / ".gpuhosts-plan").is_file()
+
+
+@pytest.mark.parametrize("name", ["../..", "..", ".", "a/b", "kpro5;id", ""])
+def test_a_stack_name_that_is_not_one_is_refused(name, tmp_path):
+    result = plan(name, "--stack-file", str(KPRO5), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and "is not a stack name" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"config: [\n", ":2:1: not valid YAML"),
+    (b"config:\n  gpuhosts:host: {name: kpro5\n", "not valid YAML"),
+    (b"- just\n- a list\n", "a stack file is a mapping with a `config:` mapping"),
+    (b"config: [1, 2]\n", "a stack file is a mapping with a `config:` mapping"),
+    (b"config:\n  gpuhosts:host: \xff\xfe\n", "is not UTF-8 text"),
+], ids=["unclosed list", "unclosed mapping", "a list", "config a list", "latin-1 bytes"])
+def test_a_broken_stack_file_is_named_without_a_traceback(tmp_path, content, words):
+    stack = tmp_path / "Pulumi.kpro5.yaml"
+    stack.write_bytes(content)
+    result = plan("kpro5", "--stack-file", str(stack), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and words in result.stderr and str(stack) in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_misspelt_namespace_is_an_error_naming_the_intended_key(tmp_path):
+    document = yaml.safe_load(KPRO5.read_text())
+    document["config"]["gpuhost:services"] = document["config"].pop("gpuhosts:services")
+    stack = tmp_path / "Pulumi.kpro5.yaml"
+    stack.write_text(yaml.safe_dump(document))
+    result = plan("kpro5", "--stack-file", str(stack), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2, result.stderr
+    assert "gpuhost:services: namespace 'gpuhost' is not 'gpuhosts'; did you mean gpuhosts:services?" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_placeholders_are_named_in_the_warnings(tmp_path):
+    result = plan("trainer", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "gpuhosts:node.ssh.host 192.0.2.40 is a placeholder" in result.stderr
+    assert "training.dataset.source https://datasets.example.internal/qwen36-mix-913k/ is on a placeholder domain" \
+        in result.stderr
