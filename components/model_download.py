@@ -9,6 +9,9 @@ With `weightsOn: host` the directory lies on host storage that ModelStore bind-m
 
 from __future__ import annotations
 
+import shlex
+import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,7 +94,14 @@ def downloads_for(container: ContainerConfig, services: list[ServiceConfig]) -> 
 
 
 def download_slug(download: Download) -> str:
-    return (download.path or download.spec.path).rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-").replace(".", "-")
+    """The directory's name as a unit key: lower case, '.' and '_' as '-'; any other character makes it carry a
+    digest of the name, so that two odd names cannot meet in one key."""
+    name = (download.path or download.spec.path).rstrip("/").rsplit("/", 1)[-1]
+    slug = name.lower().replace("_", "-").replace(".", "-")
+    if re.fullmatch(r"[a-z0-9][a-z0-9-]*", slug) and len(slug) <= 40:
+        return slug
+    cleaned = re.sub(r"[^a-z0-9]+", "-", slug).strip("-")[:32] or "model"
+    return f"{cleaned}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, ...]) -> Unit:
@@ -107,7 +117,7 @@ def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, 
                   tools=DOWNLOAD_TOOLS, hf_requirement=HF_REQUIREMENT, python_version=TOOLS_PYTHON,
                   envs_root=SERVICE_ROOT)
     marker = f"{download.directory}/.gpuhosts-download"
-    facts = [Fact(f"weights {download.directory}", f'cat "$root{marker}" || echo missing',
+    facts = [Fact(f"weights {download.directory}", f'cat "$root"{shlex.quote(marker)} || echo missing',
                   f"{spec.repo}@{spec.revision}")]
     return Unit(
         key=unit,

@@ -9,6 +9,7 @@ says otherwise.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,6 @@ import pulumi
 
 from components import hidden_state_check
 from components.host_units import materialize, target_of
-from components.inference_service import exec_start, systemd_word
 from components.model_download import Download, plan_model_download
 from components.python_env import SERVICE_ROOT, EnvSpec, plan_env
 from gpuhosts.compat import model_facts
@@ -99,13 +99,13 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     download_steps = {name: plan_model_download(None, d, ("preflight",)) for name, d in downloads.items()}
 
     dataset_dir = stack.dataset_dir
-    dataset_key = f"dataset-{training.dataset.name}"
+    dataset_key = "dataset-" + training.dataset.name.replace(".", "-").replace("_", "-")
     manifest = f"{dataset_dir}/SHA256SUMS"
     dataset_facts = [
-        Fact(f"manifest {manifest}", f'sha256sum <"$root{manifest}" | cut -d" " -f1 || echo missing',
+        Fact(f"manifest {manifest}", f'sha256sum <"$root"{shlex.quote(manifest)} | cut -d" " -f1 || echo missing',
              training.dataset.manifest_sha256),
         # Presence only: hashing a data set of this size is the ensure's work, not a probe's.
-        Fact(f"files of {manifest}", f'dataset_files_state "$root{dataset_dir}"', "all present"),
+        Fact(f"files of {manifest}", f'dataset_files_state "$root"{shlex.quote(dataset_dir)}', "all present"),
     ]
     dataset = Unit(key=dataset_key, kind="DatasetStage",
                    ensure=render("training_node/dataset-stage.sh.j2", unit=dataset_key,
@@ -143,8 +143,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     server_unit = HostFile(f"/etc/systemd/system/{SERVER_UNIT}", render(
         "training_node/server.service.j2", vllm_version=training.vllm.version, gpus=server.gpus, ids=ids,
         verifier_repo=training.verifier.repo, workdir=speculators.checkout,
-        environment_lines=[systemd_word(f"{k}={v}") for k, v in sorted(server_env.items())],
-        exec_start=exec_start(server_argv)))
+        environment=dict(sorted(server_env.items())), argv=server_argv))
     check_script = HostFile(CHECK_SCRIPT, render("training_node/check-hidden-states.py.j2", path=CHECK_SCRIPT,
                                                  source=Path(hidden_state_check.__file__).read_text().rstrip("\n")), "0755")
     server_step = _service_unit(
@@ -172,19 +171,23 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     save = stack.checkpoints
     family = (verifier_facts.family or "model").replace(".", "")
     script_path = f"{SERVICE_ROOT}/training/train_dflash_{family}.sh"
-    args = [f"--verifier-name-or-path {verifier_dir}", f"--data-path {dataset_dir}", f"--vllm-endpoint {server_url}",
-            f"--save-path {save}", f"--epochs {hyper.epochs}", f"--lr {format(hyper.lr, 'g')}",
-            "--speculator-type dflash", f"--block-size {hyper.block_size}", f"--num-layers {hyper.num_layers}",
-            "--target-layer-ids " + " ".join(map(str, ids.trainer)), f"--mask-token-id {hyper.mask_token_id}"]
+    # One flag with its value(s) per group: the launch script puts each group on a line of its own.
+    arg_groups = [["--verifier-name-or-path", verifier_dir], ["--data-path", dataset_dir],
+                  ["--vllm-endpoint", server_url], ["--save-path", save], ["--epochs", str(hyper.epochs)],
+                  ["--lr", format(hyper.lr, "g")], ["--speculator-type", "dflash"],
+                  ["--block-size", str(hyper.block_size)], ["--num-layers", str(hyper.num_layers)],
+                  ["--target-layer-ids", *map(str, ids.trainer)], ["--mask-token-id", str(hyper.mask_token_id)]]
     if hyper.sliding_window:
-        args.append(f"--sliding-window {hyper.sliding_window}")
-    args += [a if " " not in a else json.dumps(a) for a in hyper.extra_args]
+        arg_groups.append(["--sliding-window", str(hyper.sliding_window)])
+    arg_groups += [[a] for a in hyper.extra_args]
+    # The summary shows each group as the launch script spells it.
+    args = [" ".join(shlex.quote(word) for word in group) for group in arg_groups]
     script = HostFile(script_path, render(
         "training_node/train.sh.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
         server_gpus=server.gpus, unit_name=TRAINING_UNIT, num_verifier_layers=num_verifier_layers,
         num_layers=hyper.num_layers, ids=ids, save=save, start_from=drafter_dir,
         torchrun=f"{speculators.venv}/bin/torchrun", train_py=f"{speculators.checkout}/scripts/train.py",
-        train_args=args, **probe), "0755")
+        train_args=arg_groups, **probe), "0755")
     log = f"{save}/train.log"
     job_unit = HostFile(f"/etc/systemd/system/{TRAINING_UNIT}", render(
         "training_node/training.service.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
@@ -215,7 +218,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         monitor_argv += ["--token-file", token_file]
     monitor_unit = HostFile(f"/etc/systemd/system/{MONITOR_UNIT}", render(
         "training_node/monitor.service.j2", bind=monitor.bind, port=monitor.port, token_file=token_file,
-        workdir=app_dir, exec_start=exec_start(monitor_argv)))
+        workdir=app_dir, argv=monitor_argv))
     monitor_step = _service_unit(
         "training-monitor", "TrainingMonitor", MONITOR_UNIT, [*app_files, monitor_unit],
         render("training_node/unit.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,

@@ -93,7 +93,8 @@ class HyperParameters(_Model):
 
 
 class DatasetSpec(_Model):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="Directory name under <storage>/data.")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,39}$", description="Directory name under <storage>/data "
+                                                                      "(at most 40 characters).")
     source: str = Field(description="URL of a directory holding the tokenized data set and its SHA256SUMS manifest "
                                     "(https://…/ or file:///…/, with the trailing slash).")
     manifest_sha256: str = Field(description="sha256 of that SHA256SUMS file: it pins every file it lists.")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,8 @@ from gpuhosts.plan import read_stack_file
 
 PROJECT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# Each process of the hostile-input suite leaves its counts here; the end of the run sums them into one line.
+HOSTILE_FIGURES = PROJECT / "build" / "hostile-figures"
 
 
 # What `pulumi config set --secret` gives kpro5 before its first `pulumi up`.
@@ -39,3 +43,21 @@ def trainer() -> dict:
 @pytest.fixture
 def kpro5() -> dict:
     return kpro5_values()
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        shutil.rmtree(HOSTILE_FIGURES, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if hasattr(config, "workerinput") or not HOSTILE_FIGURES.is_dir():
+        return
+    totals: dict[str, int] = {}
+    for path in HOSTILE_FIGURES.glob("*.json"):
+        for key, value in json.loads(path.read_text()).items():
+            totals[key] = totals.get(key, 0) + value
+    if totals:
+        terminalreporter.write_line("hostile: " + " ".join(f"{key}={totals[key]}" for key in
+                                                           ("tried", "refused", "rendered_safe", "executed",
+                                                            "deleted_outside")))
