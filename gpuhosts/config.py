@@ -58,10 +58,11 @@ class ConfigError(Exception):
 class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
-    @field_validator("*", mode="before")
+    @field_validator("*", mode="after")
     @classmethod
     def _no_control_characters(cls, value: Any) -> Any:
-        # A newline or an escape in any value could end a here-document, a unit line or a message early.
+        # A newline or an escape in any value could end a here-document, a unit line or a message early. Checked
+        # after the field's own type, so that a nested setting is named at its own field, not at its section.
         found = control_characters(value)
         if found is not None:
             raise ValueError(f"{found[:60]!r} holds a control character (newline, tab, escape …); remove it")
@@ -115,7 +116,7 @@ class SshConfig(_Model):
 
 class HostConfig(_Model):
     name: str = Field(description="Host name, used for resource names and the plan's host folder.")
-    ssh: SshConfig
+    ssh: SshConfig = Field(description="How gpuhosts reaches the host over SSH (root, the host key pinned).")
     bootloader: Bootloader = Field(description="`systemd-boot` or `grub` (`proxmox-boot-tool status` tells).")
     kernel_args: tuple[str, ...] = Field(
         ("iommu=pt",),

@@ -45,8 +45,8 @@ class NodeGpus(_Model):
 
 class NodeConfig(_Model):
     name: str = Field(description="Node name: resource names and the plan's host folder.")
-    ssh: SshConfig
-    gpus: NodeGpus
+    ssh: SshConfig = Field(description="How gpuhosts reaches the node over SSH (the host key pinned).")
+    gpus: NodeGpus = Field(description="The GPUs the node must have; the pre-flight checks them.")
     driver_version: str = Field(description="The NVIDIA driver the node must run (checked, not installed).")
     storage: str = Field("/data", description="Directory for models, data, environments and checkpoints. Default /data.")
 
@@ -136,8 +136,8 @@ class TrainingConfig(_Model):
     vllm: PackageSpec = Field(description="vLLM release of the hidden-state server (its own environment).")
     server: ServerSpec = Field(ServerSpec(), description="The hidden-state server.")
     training_gpus: tuple[int, ...] = Field((4, 5, 6, 7), description="GPU indexes of torchrun. Default 4-7.")
-    hyper: HyperParameters
-    dataset: DatasetSpec
+    hyper: HyperParameters = Field(description="Training hyper-parameters of train.py.")
+    dataset: DatasetSpec = Field(description="The tokenized data set, pinned by its manifest.")
     checkpoints: str | None = Field(None, description="Checkpoint directory. Default <storage>/checkpoints/<drafter name>.")
     checkpoints_reserve_gb: float = Field(200, gt=0, description="Disk kept free for checkpoints. Default 200.")
     delete_checkpoints_on_destroy: bool = Field(False, description="Delete checkpoints on destroy. Default false: kept.")

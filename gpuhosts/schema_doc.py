@@ -1,0 +1,114 @@
+"""The config reference, generated from the pydantic models: one source for the schema and its documentation.
+
+`python -m gpuhosts.schema_doc --write` rewrites the README's tables between their markers; the tests fail when
+the committed text differs from what the models say.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from gpuhosts.config import NAMESPACE, ContainerConfig, GpuConfig, HostConfig, NvidiaConfig
+from gpuhosts.render import PROJECT_ROOT
+from gpuhosts.services import ServiceConfig
+from gpuhosts.training import NodeConfig, TrainingConfig
+
+KINDS = {
+    "proxmox": [("host", HostConfig, False), ("nvidia", NvidiaConfig, False), ("gpus[]", GpuConfig, True),
+                ("containers[]", ContainerConfig, True), ("services[]", ServiceConfig, True)],
+    "trainer": [("node", NodeConfig, False), ("training", TrainingConfig, False)],
+}
+SECRETS = {
+    "proxmox": [("sshPrivateKey", "secret: the SSH private key"),
+                ("hfToken", "secret: Hugging Face token for gated repositories"),
+                ("<apiKeySecret>", "secret: the API key clients send as `Authorization: Bearer …`")],
+    "trainer": [("sshPrivateKey", "secret: the SSH private key"),
+                ("hfToken", "secret: Hugging Face token for the gated starting drafter"),
+                ("<monitor.tokenSecret>", "secret: the monitor's token (any bind beyond loopback)")],
+}
+
+
+def _model_of(annotation) -> type[BaseModel] | None:
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _default(field) -> str:
+    if field.is_required():
+        return "—"
+    value = field.default
+    if value is PydanticUndefined or value is None:
+        return "none"
+    if isinstance(value, BaseModel):
+        return "see below"
+    if isinstance(value, Enum):
+        return f"`{value.value}`"
+    if isinstance(value, (tuple, list)):
+        return "`[" + ", ".join(str(v) for v in value) + "]`" if value else "none"
+    if isinstance(value, dict):
+        return "none" if not value else f"`{value}`"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"`{value}`"
+
+
+def _rows(model: type[BaseModel], prefix: str = ""):
+    for name, field in model.model_fields.items():
+        alias = field.alias or name
+        nested = _model_of(field.annotation)
+        key = f"{prefix}{alias}"
+        if nested is not None and not issubclass(nested, Enum):
+            yield key, _default(field), (field.description or "").replace("|", "\\|")
+            yield from _rows(nested, key + ".")
+        else:
+            yield key, _default(field), (field.description or "").replace("|", "\\|")
+
+
+def table(kind: str) -> str:
+    lines = ["| key | field | default | meaning |", "| --- | --- | --- | --- |"]
+    for section, model, _listed in KINDS[kind]:
+        first = True
+        for key, default, meaning in _rows(model):
+            lines.append(f"| {f'`{NAMESPACE}:{section}`' if first else ''} | `{key}` | {default} | {meaning} |")
+            first = False
+    for key, meaning in SECRETS[kind]:
+        lines.append(f"| `{NAMESPACE}:{key}` | | — | {meaning} |")
+    return "\n".join(lines)
+
+
+def markers(kind: str) -> tuple[str, str]:
+    return f"<!-- config reference: {kind} (generated: python -m gpuhosts.schema_doc --write) -->", \
+        f"<!-- end of config reference: {kind} -->"
+
+
+def rendered(readme: str) -> str:
+    for kind in KINDS:
+        begin, end = markers(kind)
+        if begin not in readme or end not in readme:
+            raise ValueError(f"README.md lacks the markers of the {kind} config reference: {begin} … {end}")
+        head, rest = readme.split(begin, 1)
+        _old, tail = rest.split(end, 1)
+        readme = f"{head}{begin}\n{table(kind)}\n{end}{tail}"
+    return readme
+
+
+def main(argv: list[str] | None = None) -> int:
+    readme = PROJECT_ROOT / "README.md"
+    text = rendered(readme.read_text())
+    if "--write" in (argv if argv is not None else sys.argv[1:]):
+        readme.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""The README's config reference is what the typed models say: regenerate it with
+`python -m gpuhosts.schema_doc --write` when a field, default or description changes."""
+
+from __future__ import annotations
+
+from conftest import PROJECT
+from gpuhosts.schema_doc import KINDS, rendered, table
+
+
+def test_the_committed_config_reference_is_the_generated_one():
+    readme = (PROJECT / "README.md").read_text()
+    assert rendered(readme) == readme, "README.md's config reference is stale: python -m gpuhosts.schema_doc --write"
+
+
+def test_every_field_of_every_section_is_in_it():
+    for kind, sections in KINDS.items():
+        text = table(kind)
+        for section, model, _listed in sections:
+            assert f"`gpuhosts:{section}`" in text
+            for name, field in model.model_fields.items():
+                assert f"`{field.alias or name}`" in text or f".{field.alias or name}`" in text, (kind, section, name)
