@@ -9,13 +9,13 @@ takes the key (see templates/inference_service/sglang-serve.py.j2).
 from __future__ import annotations
 
 import json
-import re
+import shlex
 from dataclasses import dataclass
 
 from gpuhosts.compat import ModelFacts, model_facts
 from gpuhosts.config import StackConfig
 from gpuhosts.facts import Fact, desired, files_facts, systemd_fact
-from gpuhosts.render import HostFile, render
+from gpuhosts.render import HostFile, render, systemd_command, systemd_value
 from gpuhosts.units import Unit
 from gpuhosts.services import Engine, ServiceConfig, SpecMethod
 
@@ -26,7 +26,6 @@ SGLANG_KEY_VARIABLE = "GPUHOSTS_API_KEY"
 VLLM_KEY_VARIABLE = "VLLM_API_KEY"
 MAMBA_EXTRA_BUFFER = "extra_buffer"
 DFLASH_ATTENTION_BACKEND = "flash_attn"
-_SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
 
 
 def venv_path(service: ServiceConfig) -> str:
@@ -122,26 +121,14 @@ def engine_environment(service: ServiceConfig, stack: StackConfig | None = None)
     return dict(sorted(env.items()))
 
 
-def systemd_word(arg: str) -> str:
-    """One word of a systemd command line or assignment: quoted where needed, `%` and `$` escaped."""
-    escaped = arg.replace("%", "%%").replace("$", "$$")
-    if _SYSTEMD_PLAIN.match(arg):
-        return escaped
-    if "'" not in arg and "\\" not in arg:
-        return "'" + escaped + "'"
-    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def systemd_word(arg: str, purpose: str = "a word of ExecStart=") -> str:
+    """One word of a systemd command line: quoted where needed, `%` and `$` escaped (gpuhosts.render)."""
+    return systemd_value(arg, purpose, "exec")
 
 
-def exec_start(argv: list[str]) -> str:
+def exec_start(argv: list[str], purpose: str = "ExecStart=") -> str:
     """ExecStart's value, one flag (with its value) per continued line."""
-    groups: list[list[str]] = []
-    for arg in argv:
-        # A value stays on the line of its flag (all of them, for a flag taking a list); "--" stands alone.
-        if groups and not arg.startswith("--") and groups[-1][0] != "--":
-            groups[-1].append(arg)
-        else:
-            groups.append([arg])
-    return " \\\n    ".join(" ".join(systemd_word(a) for a in group) for group in groups)
+    return systemd_command(argv, purpose)
 
 
 @dataclass(frozen=True)
@@ -158,8 +145,7 @@ def render_service(service: ServiceConfig, stack: StackConfig | None = None) -> 
     build = f"{service.engine.version}" + (f" + {service.engine.git_ref}" if service.engine.git_ref else "")
     unit = render("inference_service/service.j2", service=service, engine_build=build,
                   workdir=f"{SERVICE_ROOT}/{service.name}",
-                  environment_lines=[systemd_word(f"{k}={v}") for k, v in environment.items()],
-                  environment_file=environment_file(service), exec_start=exec_start(argv))
+                  environment=environment, environment_file=environment_file(service), argv=argv)
     launcher = None
     if service.engine.name is Engine.SGLANG:
         launcher = HostFile(SGLANG_LAUNCHER, render("inference_service/sglang-serve.py.j2",
@@ -193,7 +179,7 @@ def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tu
     if secret:
         # The key file's content is a secret: only its presence and mode are facts.
         env_file = environment_file(service)
-        facts.append(Fact(f"key file {env_file}", f'stat -c "present mode:%a" "$root{env_file}" || echo missing',
+        facts.append(Fact(f"key file {env_file}", f'stat -c "present mode:%a" "$root"{shlex.quote(env_file)} || echo missing',
                           "present mode:600"))
     return Unit(
         key=unit,

@@ -6,6 +6,7 @@ environment, so two engines (or two builds of one) never share dependencies.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from components.inference_service import SERVICE_ROOT
@@ -76,9 +77,9 @@ def env_facts(env: EnvSpec) -> list[Fact]:
     # The requirement marker is written after a complete install and removed before a new one starts.
     marker = f"{env.venv}/.gpuhosts-requirement"
     facts = [Fact(f"environment {env.venv}",
-                  f'[ -x "$root{env.venv}/bin/python" ] && cat "$root{marker}" || echo missing', env.requirement)]
+                  f'[ -x "$root"{shlex.quote(env.venv + "/bin/python")} ] && cat "$root"{shlex.quote(marker)} || echo missing', env.requirement)]
     if env.checkout_url:
-        facts.append(Fact(f"checkout {env.checkout}", f'cat "$root{env.checkout}/.gpuhosts-ref" || echo missing',
+        facts.append(Fact(f"checkout {env.checkout}", f'cat "$root"{shlex.quote(env.checkout + "/.gpuhosts-ref")} || echo missing',
                           env.checkout_ref))
     return facts
 

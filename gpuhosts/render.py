@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +38,88 @@ class HostFile:
             raise ValueError(f"{self.path} contains the line {HEREDOC_END}, which would end its here-document")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL byte"}
+_SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+# How systemd reads each setting gpuhosts writes (systemd.exec(5), systemd.service(5), systemd.unit(5)): "exec"
+# words are unquoted, C-unescaped and `$`-expanded; "word" ones unquoted and C-unescaped, `$` plain; the rest are
+# taken as the whole rest of the line. Every setting expands `%` specifiers.
+_SYSTEMD_KINDS = {"ExecStart": "exec", "Environment": "word"}
+
+
+def refuse_control(value: str, purpose: str) -> str:
+    """`value`, unless it holds a control character: a newline or carriage return would end the line it is put on
+    (a comment, a unit setting) and start a line of its own."""
+    found = _CONTROL.search(value)
+    if found:
+        char = found[0]
+        name = _CONTROL_NAMES.get(char, f"the control character U+{ord(char):04X}")
+        raise ValueError(f"{purpose}: {value!r} contains {name}; it cannot be written there")
+    return value
+
+
 def _quote(value: object) -> str:
     return shlex.quote(str(value))
 
 
 def _bash_array(values: list[object]) -> str:
     return "(" + " ".join(shlex.quote(str(v)) for v in values) + ")"
+
+
+@jinja2.pass_context
+def _comment(context: jinja2.runtime.Context, value: object) -> str:
+    return refuse_control(str(value), f"a comment in templates/{context.name}")
+
+
+@jinja2.pass_context
+def _heredoc(context: jinja2.runtime.Context, body: str, delimiter: str) -> str:
+    """A script embedded in a quoted here-document: refused when a line of it would end the here-document early
+    (a config value with a newline and the delimiter in it), which would run the rest on the outer shell."""
+    if delimiter in str(body).splitlines():
+        raise ValueError(f"templates/{context.name}: the embedded script contains the line {delimiter}, which would "
+                         "end its here-document")
+    return str(body)
+
+
+def systemd_value(value: object, purpose: str, kind: str = "text") -> str:
+    """`value` as systemd must read it back: `%` escaped everywhere; for a word of a command line or assignment
+    ("exec", "word") quoted where needed, `$` escaped in "exec". Control characters are refused: systemd reads a
+    unit line by line, so a newline would start a setting of its own."""
+    text = refuse_control(str(value), purpose)
+    escaped = text.replace("%", "%%")
+    if kind == "text":
+        if text.endswith("\\"):
+            raise ValueError(f"{purpose}: {text!r} ends with a backslash, which would continue the unit line onto the "
+                             "next one")
+        return escaped
+    if kind == "exec":
+        escaped = escaped.replace("$", "$$")
+    if _SYSTEMD_PLAIN.match(text):
+        return escaped
+    if "'" not in text and "\\" not in text:
+        return "'" + escaped + "'"
+    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def systemd_command(argv: list[str], purpose: str) -> str:
+    """ExecStart's value, one flag (with its value) per continued line."""
+    groups: list[list[str]] = []
+    for arg in argv:
+        # A value stays on the line of its flag (all of them, for a flag taking a list); "--" stands alone.
+        if groups and not arg.startswith("--") and groups[-1][0] != "--":
+            groups[-1].append(arg)
+        else:
+            groups.append([arg])
+    return " \\\n    ".join(" ".join(systemd_value(a, purpose, "exec") for a in group) for group in groups)
+
+
+@jinja2.pass_context
+def _systemd(context: jinja2.runtime.Context, value: object, setting: str) -> str:
+    purpose = f"{setting}= of templates/{context.name}"
+    kind = _SYSTEMD_KINDS.get(setting, "text")
+    if kind == "exec":
+        return systemd_command([str(v) for v in value], purpose)
+    return systemd_value(value, purpose, kind)
 
 
 def _install_snippet(file: HostFile) -> str:
@@ -65,6 +142,9 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["q"] = _quote
     env.filters["bash_array"] = _bash_array
+    env.filters["comment"] = _comment
+    env.filters["heredoc"] = _heredoc
+    env.filters["systemd"] = _systemd
     env.globals["install"] = _install_snippet
     env.globals.update(result_prefix=protocol.RESULT_PREFIX, facts_prefix=protocol.FACTS_PREFIX,
                        lock_wait_prefix=protocol.LOCK_WAIT_PREFIX, no_change_result=protocol.Result(False).line())

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import re
 import select
-import shlex
 import socket
 import sys
 import threading
@@ -181,7 +180,7 @@ class Connection:
         path = made.stdout.strip()
         if made.status != 0 or not TEMP_FILE.match(path):
             raise SshError(f"could not upload the script: {made.stderr.strip()[-500:]}")
-        return self.exec(command_template(shlex.quote(path)), stdin)
+        return self.exec(command_template(path), stdin)
 
 
 def _b64(data: str) -> bytes:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from gpuhosts.plan import SECRET_PLACEHOLDER
+
 from conftest import PROJECT
 
 GPUHOSTS = [sys.executable, "-m", "gpuhosts.cli"]
@@ -100,7 +102,7 @@ def test_secrets_from_the_stack_file_never_reach_the_plan(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "is not set in the stack file" not in result.stderr
     text = "".join(p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())
-    assert "ZmFrZS1jaXBoZXJ0ZXh0" not in text and "placeholder" not in text
+    assert "ZmFrZS1jaXBoZXJ0ZXh0" not in text and SECRET_PLACEHOLDER not in text
     # A unit that receives a secret shows only that it does; the SSH key is in no input at all.
     resources = json.loads((tmp_path / "out" / "resources.json").read_text())
     assert {r["name"] for r in resources if r["inputs"].get("secret") == "[secret]"} == {

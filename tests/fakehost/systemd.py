@@ -71,9 +71,21 @@ def is_early(u: dict) -> bool:
     return u.get("Unit.DefaultDependencies", ["yes"])[-1] in ("no", "false", "0") and bool(early & set(before))
 
 
+def specifiers(value: str) -> str:
+    """A setting as systemd reads it after specifier expansion: `%%` is one `%` (systemd.unit(5), "Specifiers");
+    gpuhosts writes no other specifier."""
+    return value.replace("%%", "%")
+
+
+def exec_words(line: str) -> list[str]:
+    """An Exec*= command line split into its words: quoting as a shell would, then `%%` and `$$` (a literal dollar,
+    systemd.service(5), "Command lines") each read as one character."""
+    return [specifiers(word).replace("$$", "$") for word in shlex.split(line.lstrip("-@+!:"))]
+
+
 def env_file(r, path) -> dict | None:
     """KEY=VALUE lines of an EnvironmentFile= (``-path``: optional); None when it cannot be read."""
-    p = r / path.lstrip("-").lstrip("/")
+    p = r / specifiers(path).lstrip("-").lstrip("/")
     if not p.is_file():
         return None
     out = {}
@@ -86,7 +98,7 @@ def env_file(r, path) -> dict | None:
 
 def spawn_problem(r, u, argv) -> str | None:
     """What makes systemd fail to spawn a service process (status 200/CHDIR, 203/EXEC, or no environment)."""
-    wd = u.get("Service.WorkingDirectory", [""])[-1]
+    wd = specifiers(u.get("Service.WorkingDirectory", [""])[-1])
     if wd and not wd.startswith("-") and wd != "~" and not (r / wd.lstrip("/")).is_dir():
         return "status=200/CHDIR"
     if any(not f.startswith("-") and env_file(r, f) is None for f in u.get("Service.EnvironmentFile", [])):
@@ -102,13 +114,14 @@ def start(r, name, extra_env=None) -> int:
     u = unit(r, name)
     typ = u.get("Service.Type", ["simple"])[-1]
     env = dict(extra_env or {})
-    env.update(kv.split("=", 1) for e in u.get("Service.Environment", []) for kv in shlex.split(e) if "=" in kv)
+    env.update(specifiers(kv).split("=", 1) for e in u.get("Service.Environment", []) for kv in shlex.split(e)
+               if "=" in kv)
     for f in u.get("Service.EnvironmentFile", []):
         env.update(env_file(r, f) or {})
     for key in ("Service.ExecStartPre", "Service.ExecStart"):
         for line in u.get(key, []):
             ignore = line.startswith("-")
-            argv = shlex.split(line.lstrip("-@+!:"))
+            argv = exec_words(line)
             server = key == "Service.ExecStart" and typ not in ("oneshot", "forking")
             if server and not (BIN / os.path.basename(argv[0])).is_file():
                 if spawn_problem(r, u, argv):

@@ -9,7 +9,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-env-qwen-vllm-dflash]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-env-qwen-vllm-dflash]
 # Inside container 129: the uv environment qwen-vllm-dflash with vllm==0.26.0.
 uv_version=0.13.9
 python_version=3.12
@@ -18,7 +18,7 @@ requirement=vllm==0.26.0
 package=vllm
 release=0.26.0
 from_git=false
-uv_home="$root/opt/gpuhosts/.uv"
+uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
 marker="$root$venv/.gpuhosts-requirement"
 
@@ -29,9 +29,10 @@ installed_version() {
 
 # --- uv itself, pinned, in a small venv of its own (the container's python3 only bootstraps it) ------------
 # ensure_uv — uv 0.13.9 in /opt/gpuhosts/.uv, shared by every environment here, so it is installed under the uv lock.
+uv_place='container 129'
 ensure_uv() {
   if [ "$("$uv" --version 2>/dev/null)" != "uv $uv_version" ]; then
-    [ -x "$root/usr/bin/python3" ] || refuse "container 129 has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
+    [ -x "$root/usr/bin/python3" ] || refuse "$uv_place has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
     if ! "$root/usr/bin/python3" -c 'import ensurepip' 2>/dev/null; then
       with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv
     fi

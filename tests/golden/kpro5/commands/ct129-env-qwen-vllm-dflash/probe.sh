@@ -1,18 +1,19 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-env-qwen-vllm-dflash]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-env-qwen-vllm-dflash]
 # The probe of ct129-env-qwen-vllm-dflash: reads the host and changes nothing; prints one facts line.
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
-inner_facts="$(pct exec 129 -- bash -c "$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-env-qwen-vllm-dflash]
+probed_vmid=129
+inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-env-qwen-vllm-dflash]
 # The probe of ct129-env-qwen-vllm-dflash: reads the host and changes nothing; prints one facts line.
-fact 'environment /opt/gpuhosts/qwen-vllm-dflash/venv' "$( { [ -x "$root/opt/gpuhosts/qwen-vllm-dflash/venv/bin/python" ] && cat "$root/opt/gpuhosts/qwen-vllm-dflash/venv/.gpuhosts-requirement" || echo missing; } 2>/dev/null || true)"
+fact 'environment /opt/gpuhosts/qwen-vllm-dflash/venv' "$( { [ -x "$root"/opt/gpuhosts/qwen-vllm-dflash/venv/bin/python ] && cat "$root"/opt/gpuhosts/qwen-vllm-dflash/venv/.gpuhosts-requirement || echo missing; } 2>/dev/null || true)"
 emit_facts
 GPUHOSTS_INNER
 )" gpuhosts </dev/null 2>/dev/null | sed -n "s/^GPUHOSTS_FACTS {\(.*\)}\$/\1/p" | tail -n1)" || true
 if [ -n "$inner_facts" ]; then
   probe_facts+="${probe_facts:+,}$inner_facts"
 else
-  container_state="$(pct status 129 2>/dev/null | awk '{print $2}')" || true
-  fact 'environment /opt/gpuhosts/qwen-vllm-dflash/venv' "container 129 ${container_state:-missing}"
+  container_state="$(pct status "$probed_vmid" 2>/dev/null | awk '{print $2}')" || true
+  fact 'environment /opt/gpuhosts/qwen-vllm-dflash/venv' "container $probed_vmid ${container_state:-missing}"
 fi
 emit_facts

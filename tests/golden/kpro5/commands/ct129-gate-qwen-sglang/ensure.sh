@@ -9,9 +9,10 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step 306634ed31602aab); fails the deploy below
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-gate-qwen-sglang]
+# Inside container 129: the deploy gate of qwen-sglang (service step 570f3608d39d73f1); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
+service=qwen-sglang
 venv=/opt/gpuhosts/qwen-sglang/venv
 unit_name=gpuhosts-qwen-sglang.service
 set +e
@@ -23,9 +24,9 @@ result_report="$(sed -n 's/^GPUHOSTS_GATE //p' <<<"$output" | tail -n1)"
 if [ "$status" != 0 ]; then
   say "the last lines of $unit_name's journal:"
   journalctl -u "$unit_name" -n 40 --no-pager 2>/dev/null || true
-  refuse "deploy gate of qwen-sglang failed (see above); the service keeps running for inspection"
+  refuse "deploy gate of $service failed (see above); the service keeps running for inspection"
 fi
-say "deploy gate of qwen-sglang passed"
+say "deploy gate of $service passed"
 finish
 GPUHOSTS_INNER
 )"

@@ -1,12 +1,13 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-gpu-devices]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-gpu-devices]
 # [templates/lxc_gpu_passthrough/container.sh.j2 sha256:09b60c665343649d vmid=129 allow_restart=true]
 
 gpus=(0000:41:00.0 0000:61:00.0)
+want_hostname=llm
 
 # --- check -------------------------------------------------------------------------------------------------
 pct config "$vmid" >/dev/null 2>&1 || refuse "container $vmid does not exist on this host (pct list); fix gpuhosts:containers"
 hostname="$(pct config "$vmid" | sed -n 's/^hostname: //p')"
-[ "$hostname" = llm ] || say "warning: container $vmid is named '$hostname', the stack says llm"
+[ "$hostname" = "$want_hostname" ] || say "warning: container $vmid is named '$hostname', the stack says $want_hostname"
 
 wanted=()
 for address in "${gpus[@]}"; do

@@ -9,7 +9,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-model-qwen3-6-27b]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-model-qwen3-6-27b]
 # Inside container 129: Qwen/Qwen3.6-27B@main in /srv/models/Qwen3.6-27B.
 repo=Qwen/Qwen3.6-27B
 revision=main
@@ -18,15 +18,17 @@ hf=/opt/gpuhosts/downloads/venv/bin/hf
 python=/opt/gpuhosts/downloads/venv/bin/python
 marker="$root$local_dir/.gpuhosts-download"
 uv_version=0.13.9
-uv_home="$root/opt/gpuhosts/.uv"
+uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
 tools=/opt/gpuhosts/downloads
+hf_requirement=huggingface_hub==0.36.0
 
 # --- hf, pinned, in an environment of the downloads' own: a download waits for no engine environment --------
 # ensure_uv — uv 0.13.9 in /opt/gpuhosts/.uv, shared by every environment here, so it is installed under the uv lock.
+uv_place='container 129'
 ensure_uv() {
   if [ "$("$uv" --version 2>/dev/null)" != "uv $uv_version" ]; then
-    [ -x "$root/usr/bin/python3" ] || refuse "container 129 has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
+    [ -x "$root/usr/bin/python3" ] || refuse "$uv_place has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
     if ! "$root/usr/bin/python3" -c 'import ensurepip' 2>/dev/null; then
       with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv
     fi
@@ -41,11 +43,11 @@ with_lock uv ensure_uv
 mkdir -p "$root$tools/users"
 : >"$root$tools/users/"ct129-model-qwen3-6-27b
 ensure_hf() {
-  if [ "$(cat "$root$tools/venv/.gpuhosts-requirement" 2>/dev/null)" != huggingface_hub==0.36.0 ] || [ ! -x "$root$hf" ]; then
+  if [ "$(cat "$root$tools/venv/.gpuhosts-requirement" 2>/dev/null)" != "$hf_requirement" ] || [ ! -x "$root$hf" ]; then
     [ -x "$root$tools/venv/bin/python" ] || "$uv" venv --python 3.12 "$root$tools/venv"
-    "$uv" pip install --python "$root$tools/venv/bin/python" huggingface_hub==0.36.0
-    printf '%s\n' huggingface_hub==0.36.0 >"$root$tools/venv/.gpuhosts-requirement"
-    note_change "installed huggingface_hub==0.36.0 into $tools/venv"
+    "$uv" pip install --python "$root$tools/venv/bin/python" "$hf_requirement"
+    printf '%s\n' "$hf_requirement" >"$root$tools/venv/.gpuhosts-requirement"
+    note_change "installed $hf_requirement into $tools/venv"
   fi
 }
 with_lock hf ensure_hf
@@ -53,7 +55,7 @@ with_lock hf ensure_hf
 if [ "$(cat "$marker" 2>/dev/null)" = "$repo@$revision" ]; then
   say "$repo@$revision is complete in $local_dir"
 else
-  [ -x "$root$hf" ] || refuse "$hf is missing after installing huggingface_hub==0.36.0"
+  [ -x "$root$hf" ] || refuse "$hf is missing after installing $hf_requirement"
   unset HF_TOKEN
   mkdir -p "$root$local_dir"
   rm -f "$marker"
@@ -66,9 +68,9 @@ else
 fi
 
 # --- verify what was downloaded against what the plan derived from it --------------------------------------
-if ! problems="$("$root$python" - "$root$local_dir/config.json" <<'GPUHOSTS_CHECK'
+if ! problems="$("$root$python" - "$root$local_dir/config.json" '{"num_layers": 64}' <<'GPUHOSTS_CHECK'
 import json, sys
-expected = json.loads('{"num_layers": 64}')
+expected = json.loads(sys.argv[2])
 config = json.load(open(sys.argv[1]))
 text = config.get("text_config") or {}
 problems = []

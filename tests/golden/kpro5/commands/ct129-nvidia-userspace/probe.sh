@@ -1,10 +1,11 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-nvidia-userspace]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-nvidia-userspace]
 # The probe of ct129-nvidia-userspace: reads the host and changes nothing; prints one facts line.
 fact 'host module' "$( { module_version; } 2>/dev/null || true)"
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
-inner_facts="$(pct exec 129 -- bash -c "$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-nvidia-userspace]
+probed_vmid=129
+inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-nvidia-userspace]
 # The probe of ct129-nvidia-userspace: reads the host and changes nothing; prints one facts line.
 fact 'user space in ct129' "$( { userspace_version; } 2>/dev/null || true)"
 emit_facts
@@ -13,7 +14,7 @@ GPUHOSTS_INNER
 if [ -n "$inner_facts" ]; then
   probe_facts+="${probe_facts:+,}$inner_facts"
 else
-  container_state="$(pct status 129 2>/dev/null | awk '{print $2}')" || true
-  fact 'user space in ct129' "container 129 ${container_state:-missing}"
+  container_state="$(pct status "$probed_vmid" 2>/dev/null | awk '{print $2}')" || true
+  fact 'user space in ct129' "container $probed_vmid ${container_state:-missing}"
 fi
 emit_facts

@@ -16,7 +16,7 @@ if [ -z "$secret" ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-service-qwen-sglang]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-service-qwen-sglang]
 # Inside container 129: the systemd unit of service qwen-sglang (enabled).
 unit_name=gpuhosts-qwen-sglang.service
 enabled=true
@@ -24,7 +24,10 @@ venv=/opt/gpuhosts/qwen-sglang/venv
 restart=0
 
 [ -x "$root$venv/bin/python" ] || refuse "$venv is missing; the service's Python environment comes first"
-[ -f "$root"/srv/models/Qwen3.6-27B/.gpuhosts-download ] || refuse "/srv/models/Qwen3.6-27B is not downloaded completely; its download comes first"
+model_dirs=(/srv/models/Qwen3.6-27B)
+for dir in "${model_dirs[@]}"; do
+  [ -f "$root$dir/.gpuhosts-download" ] || refuse "$dir is not downloaded completely; its download comes first"
+done
 
 # The launcher and the gate script are shared with the container's other services, whose teardown removes them
 # when it is the last one: installing them and that decision take the same lock.
@@ -43,8 +46,9 @@ GPUHOSTS_EOF
 }
 with_lock services install_service_files
 # The API key: from stdin into a 0600 EnvironmentFile, the only place it is written.
+service=qwen-sglang
 IFS= read -r key || true
-[ -n "$key" ] || refuse "no API key arrived for qwen-sglang"
+[ -n "$key" ] || refuse "no API key arrived for $service"
 printf '%s=%s\n' GPUHOSTS_API_KEY "$key" | install_file /etc/gpuhosts/qwen-sglang.env 0600
 unset key
 [ "$file_changed" = 0 ] || restart=1

@@ -1,26 +1,27 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-service-qwen-sglang]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-service-qwen-sglang]
 # The probe of ct129-service-qwen-sglang: reads the host and changes nothing; prints one facts line.
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
-inner_facts="$(pct exec 129 -- bash -c "$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=ct129-service-qwen-sglang]
+probed_vmid=129
+inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-service-qwen-sglang]
 # The probe of ct129-service-qwen-sglang: reads the host and changes nothing; prints one facts line.
 fact 'file /etc/systemd/system/gpuhosts-qwen-sglang.service' "$( { file_state /etc/systemd/system/gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
 fact 'file /usr/local/lib/gpuhosts/sglang-serve.py' "$( { file_state /usr/local/lib/gpuhosts/sglang-serve.py; } 2>/dev/null || true)"
 fact 'file /usr/local/lib/gpuhosts/deploy-gate.py' "$( { file_state /usr/local/lib/gpuhosts/deploy-gate.py; } 2>/dev/null || true)"
 fact 'systemd gpuhosts-qwen-sglang.service' "$( { { systemctl is-enabled gpuhosts-qwen-sglang.service; systemctl is-active gpuhosts-qwen-sglang.service; } | paste -sd ' ' -; } 2>/dev/null || true)"
-fact 'key file /etc/gpuhosts/qwen-sglang.env' "$( { stat -c "present mode:%a" "$root/etc/gpuhosts/qwen-sglang.env" || echo missing; } 2>/dev/null || true)"
+fact 'key file /etc/gpuhosts/qwen-sglang.env' "$( { stat -c "present mode:%a" "$root"/etc/gpuhosts/qwen-sglang.env || echo missing; } 2>/dev/null || true)"
 emit_facts
 GPUHOSTS_INNER
 )" gpuhosts </dev/null 2>/dev/null | sed -n "s/^GPUHOSTS_FACTS {\(.*\)}\$/\1/p" | tail -n1)" || true
 if [ -n "$inner_facts" ]; then
   probe_facts+="${probe_facts:+,}$inner_facts"
 else
-  container_state="$(pct status 129 2>/dev/null | awk '{print $2}')" || true
-  fact 'file /etc/systemd/system/gpuhosts-qwen-sglang.service' "container 129 ${container_state:-missing}"
-  fact 'file /usr/local/lib/gpuhosts/sglang-serve.py' "container 129 ${container_state:-missing}"
-  fact 'file /usr/local/lib/gpuhosts/deploy-gate.py' "container 129 ${container_state:-missing}"
-  fact 'systemd gpuhosts-qwen-sglang.service' "container 129 ${container_state:-missing}"
-  fact 'key file /etc/gpuhosts/qwen-sglang.env' "container 129 ${container_state:-missing}"
+  container_state="$(pct status "$probed_vmid" 2>/dev/null | awk '{print $2}')" || true
+  fact 'file /etc/systemd/system/gpuhosts-qwen-sglang.service' "container $probed_vmid ${container_state:-missing}"
+  fact 'file /usr/local/lib/gpuhosts/sglang-serve.py' "container $probed_vmid ${container_state:-missing}"
+  fact 'file /usr/local/lib/gpuhosts/deploy-gate.py' "container $probed_vmid ${container_state:-missing}"
+  fact 'systemd gpuhosts-qwen-sglang.service' "container $probed_vmid ${container_state:-missing}"
+  fact 'key file /etc/gpuhosts/qwen-sglang.env' "container $probed_vmid ${container_state:-missing}"
 fi
 emit_facts

@@ -1,6 +1,8 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=nvidia-driver]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=nvidia-driver]
 
 version=580.126.09
+persistenced_unit_name=gpuhosts-nvidia-persistenced.service
+uvm_unit_name=gpuhosts-nvidia-uvm.service
 module_type=open
 run_file=NVIDIA-Linux-x86_64-580.126.09.run
 url=https://download.nvidia.com/XFree86/Linux-x86_64/580.126.09/NVIDIA-Linux-x86_64-580.126.09.run
@@ -18,20 +20,20 @@ if [ "$installed" != "$version" ] && [ -n "$loaded" ] && [ "$loaded" != "$versio
   # The installer will not replace a loaded module. Unloading works only while nothing but our own persistence
   # daemon uses a GPU; that one is stopped first and started again if the upgrade has to wait.
   persistenced_was_active=0
-  if systemctl is-active --quiet gpuhosts-nvidia-persistenced.service; then
+  if systemctl is-active --quiet "$persistenced_unit_name"; then
     persistenced_was_active=1
-    systemctl stop gpuhosts-nvidia-persistenced.service
+    systemctl stop "$persistenced_unit_name"
   fi
   for node in "$root"/dev/nvidia[0-9]* "$root/dev/nvidiactl" "$root/dev/nvidia-uvm"; do
     if [ -e "$node" ] && fuser -s "$node" 2>/dev/null; then
-      [ "$persistenced_was_active" = 0 ] || systemctl start gpuhosts-nvidia-persistenced.service
+      [ "$persistenced_was_active" = 0 ] || systemctl start "$persistenced_unit_name"
       refuse "nvidia $loaded is loaded and in use (${node#"$root"}: $(fuser -v "$node" 2>&1 | tail -n +2 | tr -s ' \n' ' ')), \
 so $version cannot replace it now: stop the containers and processes using the GPUs, or reboot, and run again"
     fi
   done
   for module in nvidia_uvm nvidia_drm nvidia_modeset nvidia; do
     if [ -d "$root/sys/module/$module" ] && ! modprobe -r "$module"; then
-      [ "$persistenced_was_active" = 0 ] || systemctl start gpuhosts-nvidia-persistenced.service
+      [ "$persistenced_was_active" = 0 ] || systemctl start "$persistenced_unit_name"
       refuse "nvidia $loaded is loaded and in use ($module), so $version cannot replace it now: stop what uses the \
 GPUs (fuser -v /dev/nvidia*), or reboot, and run again"
     fi
@@ -100,16 +102,16 @@ GPUHOSTS_EOF
 if [ "$file_changed" = 1 ]; then
   systemctl daemon-reload
 fi
-if ! systemctl is-enabled --quiet gpuhosts-nvidia-persistenced.service || ! systemctl is-active --quiet gpuhosts-nvidia-persistenced.service; then
-  systemctl enable --now gpuhosts-nvidia-persistenced.service
-  note_change "enabled gpuhosts-nvidia-persistenced.service"
+if ! systemctl is-enabled --quiet "$persistenced_unit_name" || ! systemctl is-active --quiet "$persistenced_unit_name"; then
+  systemctl enable --now "$persistenced_unit_name"
+  note_change "enabled $persistenced_unit_name"
 fi
 
 installed="$(userspace_version)"
 [ "$installed" = "$version" ] || refuse "after installing, user space is ${installed:-absent}, not $version"
 # Unloading the old module took /dev/nvidia-uvm with it; the boot unit that makes it for the containers runs again.
-if [ "$module_reloaded" = 1 ] && systemctl is-enabled --quiet gpuhosts-nvidia-uvm.service 2>/dev/null; then
-  systemctl restart gpuhosts-nvidia-uvm.service
+if [ "$module_reloaded" = 1 ] && systemctl is-enabled --quiet "$uvm_unit_name" 2>/dev/null; then
+  systemctl restart "$uvm_unit_name"
   note_change "recreated /dev/nvidia-uvm for the new module"
 fi
 loaded="$(module_version)"

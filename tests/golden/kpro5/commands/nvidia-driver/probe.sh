@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=nvidia-driver]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=nvidia-driver]
 # The probe of nvidia-driver: reads the host and changes nothing; prints one facts line.
 fact 'file /etc/modprobe.d/gpuhosts-nouveau.conf' "$( { file_state /etc/modprobe.d/gpuhosts-nouveau.conf; } 2>/dev/null || true)"
 fact 'file /etc/systemd/system/gpuhosts-nvidia-persistenced.service' "$( { file_state /etc/systemd/system/gpuhosts-nvidia-persistenced.service; } 2>/dev/null || true)"

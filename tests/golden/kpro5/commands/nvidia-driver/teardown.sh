@@ -1,13 +1,14 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=nvidia-driver]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=nvidia-driver]
 
 version=580.126.09
+persistenced_unit_name=gpuhosts-nvidia-persistenced.service
 run_file=NVIDIA-Linux-x86_64-580.126.09.run
 cache="$root/var/cache/gpuhosts"
 state="$state_dir/nvidia-driver.state"
 
-if systemctl is-enabled --quiet gpuhosts-nvidia-persistenced.service || systemctl is-active --quiet gpuhosts-nvidia-persistenced.service; then
-  systemctl disable --now gpuhosts-nvidia-persistenced.service
-  note_change "disabled gpuhosts-nvidia-persistenced.service"
+if systemctl is-enabled --quiet "$persistenced_unit_name" || systemctl is-active --quiet "$persistenced_unit_name"; then
+  systemctl disable --now "$persistenced_unit_name"
+  note_change "disabled $persistenced_unit_name"
 fi
 remove_file /etc/systemd/system/gpuhosts-nvidia-persistenced.service
 if [ "$file_changed" = 1 ]; then

@@ -1,8 +1,9 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=nvidia-uvm-at-boot]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=nvidia-uvm-at-boot]
+uvm_unit_name=gpuhosts-nvidia-uvm.service
 
-if systemctl is-enabled --quiet gpuhosts-nvidia-uvm.service || systemctl is-active --quiet gpuhosts-nvidia-uvm.service; then
-  systemctl disable --now gpuhosts-nvidia-uvm.service
-  note_change "disabled gpuhosts-nvidia-uvm.service"
+if systemctl is-enabled --quiet "$uvm_unit_name" || systemctl is-active --quiet "$uvm_unit_name"; then
+  systemctl disable --now "$uvm_unit_name"
+  note_change "disabled $uvm_unit_name"
 fi
 remove_file /etc/systemd/system/gpuhosts-nvidia-uvm.service
 if [ "$file_changed" = 1 ]; then

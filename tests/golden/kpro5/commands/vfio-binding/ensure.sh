@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=vfio-binding]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=vfio-binding]
 # [templates/vfio_binding/pci.sh.j2 sha256:d46186d4cfab4eb2]
 
 bootloader=systemd-boot

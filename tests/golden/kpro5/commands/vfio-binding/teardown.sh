@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=vfio-binding]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=vfio-binding]
 # [templates/vfio_binding/pci.sh.j2 sha256:d46186d4cfab4eb2]
 
 bootloader=systemd-boot
@@ -29,7 +29,7 @@ remove_file /etc/modprobe.d/gpuhosts-vfio.conf
 remove_file /etc/modules-load.d/gpuhosts-vfio.conf
 [ "$file_changed" = 0 ] || initramfs_stale=1
 remove_file /usr/local/lib/gpuhosts/vfio-override.sh
-rmdir "$root/usr/local/lib/gpuhosts" 2>/dev/null || true
+rmdir "$root"/usr/local/lib/gpuhosts 2>/dev/null || true
 if [ -d "$state_dir/backup/etc/modprobe.d" ]; then
   for backup in "$state_dir"/backup/etc/modprobe.d/*; do
     [ -f "$backup" ] || continue

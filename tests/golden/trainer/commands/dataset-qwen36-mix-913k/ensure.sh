@@ -1,5 +1,6 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=dataset-qwen36-mix-913k]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dataset-qwen36-mix-913k]
 # The tokenized data set qwen36-mix-913k (913786 samples) from https://datasets.example.internal/qwen36-mix-913k/, pinned by its manifest.
+dataset_name=qwen36-mix-913k
 source_url=https://datasets.example.internal/qwen36-mix-913k/
 manifest_sha256=0c6e3b0f2b1f6a7c9d8e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c
 target=/data/data/qwen36-mix-913k
@@ -21,7 +22,7 @@ if [ ! -f "$manifest" ] || [ "$(sha256sum "$manifest" | awk '{print $1}')" != "$
   [ "$got" = "$manifest_sha256" ] || { rm -f "$manifest.part"; refuse "the manifest at $source_url has sha256 $got, \
 the stack pins $manifest_sha256: the data set changed; check it and update training.dataset.manifestSha256"; }
   mv -f "$manifest.part" "$manifest"
-  note_change "fetched the manifest of qwen36-mix-913k"
+  note_change "fetched the manifest of $dataset_name"
 fi
 
 fetched=0
@@ -45,8 +46,8 @@ while read -r sum name; do
   fetched=$((fetched + 1))
 done <"$manifest"
 if [ "$fetched" -gt 0 ]; then
-  note_change "staged qwen36-mix-913k: $fetched file(s) fetched, $kept already there"
+  note_change "staged $dataset_name: $fetched file(s) fetched, $kept already there"
 else
-  say "qwen36-mix-913k is complete ($kept file(s) match the manifest)"
+  say "$dataset_name is complete ($kept file(s) match the manifest)"
 fi
 finish

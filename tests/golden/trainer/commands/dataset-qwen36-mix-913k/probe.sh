@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=dataset-qwen36-mix-913k]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dataset-qwen36-mix-913k]
 # The probe of dataset-qwen36-mix-913k: reads the host and changes nothing; prints one facts line.
 # dataset_files_state DIR — "all present" when every file SHA256SUMS lists is there, else how many are missing.
 dataset_files_state() {
@@ -11,6 +11,6 @@ dataset_files_state() {
   if [ "$missing" = 0 ]; then echo "all present"; else echo "$missing missing"; fi
 }
 
-fact 'manifest /data/data/qwen36-mix-913k/SHA256SUMS' "$( { sha256sum <"$root/data/data/qwen36-mix-913k/SHA256SUMS" | cut -d" " -f1 || echo missing; } 2>/dev/null || true)"
-fact 'files of /data/data/qwen36-mix-913k/SHA256SUMS' "$( { dataset_files_state "$root/data/data/qwen36-mix-913k"; } 2>/dev/null || true)"
+fact 'manifest /data/data/qwen36-mix-913k/SHA256SUMS' "$( { sha256sum <"$root"/data/data/qwen36-mix-913k/SHA256SUMS | cut -d" " -f1 || echo missing; } 2>/dev/null || true)"
+fact 'files of /data/data/qwen36-mix-913k/SHA256SUMS' "$( { dataset_files_state "$root"/data/data/qwen36-mix-913k; } 2>/dev/null || true)"
 emit_facts

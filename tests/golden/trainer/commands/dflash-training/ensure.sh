@@ -1,12 +1,14 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=dflash-training]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dflash-training]
 # torchrun on GPUs [4, 5, 6, 7]; checkpoints in /data/checkpoints/Qwen3.6-27B-DFlash.
 unit_name=gpuhosts-dflash-training.service
 restart=0
-[ -e "$root"/data/data/qwen36-mix-913k/SHA256SUMS ] || refuse "/data/data/qwen36-mix-913k/SHA256SUMS is missing; the step that provides it comes first"
-[ -e "$root"/data/models/z-lab/Qwen3.6-27B-DFlash/.gpuhosts-download ] || refuse "/data/models/z-lab/Qwen3.6-27B-DFlash/.gpuhosts-download is missing; the step that provides it comes first"
+needs=(/data/data/qwen36-mix-913k/SHA256SUMS /data/models/z-lab/Qwen3.6-27B-DFlash/.gpuhosts-download)
+for path in "${needs[@]}"; do
+  [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
+done
 mkdir -p "$root"/data/checkpoints/Qwen3.6-27B-DFlash
 install_file /opt/gpuhosts/training/train_dflash_qwen36.sh 0755 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:c9bc1e547e5dfa20]
+# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:faa4b81716749bf2]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-dflash-training.service 0644 <<'GPUHOSTS_EOF'

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=env-monitor]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=env-monitor]
 # On the node: the uv environment monitor with flask==3.1.3.
 uv_version=0.13.9
 python_version=3.12
@@ -7,7 +7,7 @@ requirement=flask==3.1.3
 package=flask
 release=3.1.3
 from_git=false
-uv_home="$root/opt/gpuhosts/.uv"
+uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
 marker="$root$venv/.gpuhosts-requirement"
 
@@ -18,9 +18,10 @@ installed_version() {
 
 # --- uv itself, pinned, in a small venv of its own (the container's python3 only bootstraps it) ------------
 # ensure_uv — uv 0.13.9 in /opt/gpuhosts/.uv, shared by every environment here, so it is installed under the uv lock.
+uv_place='this host'
 ensure_uv() {
   if [ "$("$uv" --version 2>/dev/null)" != "uv $uv_version" ]; then
-    [ -x "$root/usr/bin/python3" ] || refuse "this host has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
+    [ -x "$root/usr/bin/python3" ] || refuse "$uv_place has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
     if ! "$root/usr/bin/python3" -c 'import ensurepip' 2>/dev/null; then
       with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv
     fi

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=env-speculators]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=env-speculators]
 # On the node: the uv environment speculators with speculators==0.5.0.
 uv_version=0.13.9
 python_version=3.12
@@ -7,7 +7,7 @@ requirement=speculators==0.5.0
 package=speculators
 release=0.5.0
 from_git=false
-uv_home="$root/opt/gpuhosts/.uv"
+uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
 marker="$root$venv/.gpuhosts-requirement"
 
@@ -18,9 +18,10 @@ installed_version() {
 
 # --- uv itself, pinned, in a small venv of its own (the container's python3 only bootstraps it) ------------
 # ensure_uv — uv 0.13.9 in /opt/gpuhosts/.uv, shared by every environment here, so it is installed under the uv lock.
+uv_place='this host'
 ensure_uv() {
   if [ "$("$uv" --version 2>/dev/null)" != "uv $uv_version" ]; then
-    [ -x "$root/usr/bin/python3" ] || refuse "this host has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
+    [ -x "$root/usr/bin/python3" ] || refuse "$uv_place has no /usr/bin/python3; install it (apt-get install python3 python3-venv)"
     if ! "$root/usr/bin/python3" -c 'import ensurepip' 2>/dev/null; then
       with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv
     fi
@@ -65,13 +66,14 @@ say "$venv: $package $installed"
 # --- the package's repository at the same ref, for its scripts/ ---------------------------------------------
 src=/opt/gpuhosts/speculators/src
 ref=refs/tags/v0.5.0
+url=https://github.com/vllm-project/speculators
 if [ "$(cat "$root$src/.gpuhosts-ref" 2>/dev/null)" != "$ref" ]; then
   rm -rf "$root$src"
   mkdir -p "$root$src"
   git -C "$root$src" init -q
-  git -C "$root$src" fetch -q --depth 1 https://github.com/vllm-project/speculators "$ref"
+  git -C "$root$src" fetch -q --depth 1 "$url" "$ref"
   git -C "$root$src" checkout -q FETCH_HEAD
   printf '%s\n' "$ref" >"$root$src/.gpuhosts-ref"
-  note_change "checked out https://github.com/vllm-project/speculators at $ref in $src"
+  note_change "checked out $url at $ref in $src"
 fi
 finish

@@ -1,9 +1,11 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=hidden-state-server]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=hidden-state-server]
 # The hidden-state server on GPUs [0, 1, 2, 3].
 unit_name=gpuhosts-hidden-state-server.service
 restart=0
-[ -e "$root"/opt/gpuhosts/speculators/src/scripts/launch_vllm.py ] || refuse "/opt/gpuhosts/speculators/src/scripts/launch_vllm.py is missing; the step that provides it comes first"
-[ -e "$root"/data/models/Qwen/Qwen3.6-27B/.gpuhosts-download ] || refuse "/data/models/Qwen/Qwen3.6-27B/.gpuhosts-download is missing; the step that provides it comes first"
+needs=(/opt/gpuhosts/speculators/src/scripts/launch_vllm.py /data/models/Qwen/Qwen3.6-27B/.gpuhosts-download)
+for path in "${needs[@]}"; do
+  [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
+done
 install_file /etc/systemd/system/gpuhosts-hidden-state-server.service 0644 <<'GPUHOSTS_EOF'
 # [content: etc/systemd/system/gpuhosts-hidden-state-server.service sha256:576bea34df127dcd]
 GPUHOSTS_EOF

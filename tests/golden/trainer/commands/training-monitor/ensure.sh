@@ -1,8 +1,11 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=training-monitor]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=training-monitor]
 # The monitoring web UI on 127.0.0.1:8686.
 unit_name=gpuhosts-training-monitor.service
 restart=0
-[ -e "$root"/opt/gpuhosts/monitor/venv/bin/python ] || refuse "/opt/gpuhosts/monitor/venv/bin/python is missing; the step that provides it comes first"
+needs=(/opt/gpuhosts/monitor/venv/bin/python)
+for path in "${needs[@]}"; do
+  [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
+done
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__init__.py 0644 <<'GPUHOSTS_EOF'
 # [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/__init__.py.sha256 sha256:1b433ebeec8db11c]
 GPUHOSTS_EOF
@@ -15,8 +18,12 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py 0644 <<'GPUHOSTS_
 # [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:bfac16bb9d2fd88b]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
+install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py.sha256 sha256:a477af1352238478]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py.sha256 sha256:c1249ae409b6c57a]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py.sha256 sha256:fe17c2223599ef5b]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py 0644 <<'GPUHOSTS_EOF'

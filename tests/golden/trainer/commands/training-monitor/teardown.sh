@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:3906e3347ec1c9a2 unit=training-monitor]
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=training-monitor]
 # Stop and remove gpuhosts-training-monitor.service; it only reads the training.
 unit_name=gpuhosts-training-monitor.service
 if systemctl is-active --quiet "$unit_name"; then
@@ -13,6 +13,7 @@ remove_file /etc/systemd/system/gpuhosts-training-monitor.service
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__init__.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py
+remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py

@@ -9,10 +9,11 @@ save=/data/checkpoints/Qwen3.6-27B-DFlash
 # probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check the states
 # it wrote are not all zero. Shared by the pre-flight step and the launch script.
 probe_hidden_states() {
-  local server=http://127.0.0.1:8000 states="$root"/data/hidden_states deadline since newest
-  deadline=$(($(date +%s) + 1800))
+  local server=http://127.0.0.1:8000 states_dir=/data/hidden_states timeout_s=1800 states deadline since newest
+  states="$root$states_dir"
+  deadline=$(($(date +%s) + timeout_s))
   until curl -fsS -o /dev/null "$server/health"; do
-    [ "$(date +%s)" -lt "$deadline" ] || { echo "hidden-state server $server not healthy after 1800 s" >&2; return 1; }
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "hidden-state server $server not healthy after $timeout_s s" >&2; return 1; }
     sleep 10
   done
   mkdir -p "$states"
@@ -21,7 +22,7 @@ probe_hidden_states() {
     -d '{"model": "/data/models/Qwen/Qwen3.6-27B", "prompt": "Explain in one sentence why the sky is blue.", "max_tokens": 1}' || { rm -f "$since"; echo "the probe request to $server failed" >&2; return 1; }
   newest="$(find "$states" -name '*.safetensors' -newer "$since" -printf '%T@ %p\n' | sort -n | tail -n 1 | cut -d' ' -f2-)"
   rm -f "$since"
-  [ -n "$newest" ] || { echo "the server wrote no hidden states under /data/hidden_states for the probe" >&2; return 1; }
+  [ -n "$newest" ] || { echo "the server wrote no hidden states under $states_dir for the probe" >&2; return 1; }
   # The probe's states are ours to remove; the server keeps caching the training's own.
   local status=0
   "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py "$newest" || status=$?
