@@ -23,10 +23,9 @@ from components.proxmox_host import plan_host
 from components.training_node import plan_training_node
 from conftest import HOSTILE_FIGURES, KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 from fakehost import host_env
-from fakehost.installer import make_fake_run
-from fakehost.tree import seed_kpro5
 from gpuhosts.config import ConfigError, validate_stack
 from gpuhosts.training import validate_trainer_stack
+from trainer_node import converged_kpro5
 
 CANARY = Path(f"/tmp/gpuhosts-hostile-canary-{os.getpid()}")
 # Outside anything gpuhosts owns, on the simulated host: none may go, whatever a value says.
@@ -38,7 +37,6 @@ FRAGMENTS = [
     f"\nGPUHOSTS_EOF\ntouch {CANARY}\n", f"$({{touch,{CANARY}}})", "%h%n%%", "\\", "${HOME}", "*", "é✓中",
     "a" * 5000, "../../..", "/", "\x1b[31m", "\t", "--help", "-rf", f"\rtouch {CANARY}",
 ]
-VERSION = "580.126.09"
 
 
 def string_fields(values, path=()):
@@ -97,16 +95,9 @@ def config_path(path) -> str:
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    """A converged kpro5 (its host units) and a bare copy of it for the trainer, each with sentinels."""
+    """A converged kpro5 (its host units) with sentinels where gpuhosts owns nothing."""
     root = tmp_path_factory.mktemp("hostile")
-    run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
-    sha = make_fake_run(run_file, VERSION)
-    tree = seed_kpro5(root / "kpro5")
-    values = kpro5_values()
-    values["nvidia"].update(url=f"file://{run_file}", sha256=sha)
-    values.pop("services")
-    for unit in plan_host(validate_stack(values, KPRO5_SECRETS)).apply_order:
-        subprocess.run(["bash", "-c", unit.ensure], env=host_env(tree), capture_output=True, check=True, timeout=120)
+    tree = converged_kpro5(root, "kpro5")
     for sentinel in SENTINELS:
         (tree / sentinel).parent.mkdir(parents=True, exist_ok=True)
         (tree / sentinel).write_text("not gpuhosts'\n")

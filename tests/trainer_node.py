@@ -76,17 +76,23 @@ def git(*args: str, cwd: Path) -> None:
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def prepare_node(root: Path) -> Path:
-    """A node tree with its driver loaded under root/node, a speculators repository and a data set beside it."""
+def converged_kpro5(root: Path, name: str) -> Path:
+    """The seed's kpro5 under root/name with its host units applied (driver loaded, devices in CT 129)."""
     run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
     sha = make_fake_run(run_file, VERSION)
-    tree = seed_kpro5(root / "node")
+    tree = seed_kpro5(root / name)
     values = kpro5_values()
     values["nvidia"].update(url=f"file://{run_file}", sha256=sha)
     values.pop("services")
     for unit in plan_host(validate_stack(values, KPRO5_SECRETS)):
         result = subprocess.run(["bash", "-c", unit.ensure], capture_output=True, text=True, env=host_env(tree))
         assert result.returncode == 0, result.stderr
+    return tree
+
+
+def prepare_node(root: Path) -> Path:
+    """A node tree with its driver loaded under root/node, a speculators repository and a data set beside it."""
+    tree = converged_kpro5(root, "node")
     # The node's own python3 (a training node is a plain machine: its python3 bootstraps uv).
     shutil.copy(tree / "var/lib/lxc/129/rootfs/usr/bin/python3", tree / "usr/bin/python3")
 
