@@ -5,7 +5,7 @@ A stack declares either a Proxmox VE host (`gpuhosts:host` …) or a training no
 
 import pulumi
 
-from gpuhosts.config import NAMESPACE, SECTIONS, ConfigError, stack_kind
+from gpuhosts.config import NAMESPACE, SECTIONS, ConfigError, StackKind, stack_kind
 from gpuhosts.services import referenced_secrets
 from gpuhosts.training import TRAINER_SECTIONS, referenced_training_secrets
 
@@ -54,7 +54,7 @@ keys = stack_config_keys()
 others = sorted(key for key in keys if not key.startswith(f"{NAMESPACE}:"))
 everything = gpuhosts_values(keys)
 
-if stack_kind(everything) == "trainer":
+if validated(lambda raw, _secrets, _others: stack_kind(raw), everything, set(), others) is StackKind.TRAINER:
     from components.training_node import TrainingNode
     from gpuhosts.training import validate_trainer_stack
 

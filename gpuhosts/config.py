@@ -27,7 +27,7 @@ from gpuhosts.fields import (
 )
 
 NAMESPACE = "gpuhosts"
-SECTIONS = ("host", "nvidia", "gpus", "containers", "services")
+SECTIONS = ("kind", "host", "nvidia", "gpus", "containers", "services")
 # Secret keys gpuhosts itself reads; services may name more (apiKeySecret).
 SECRET_KEYS = ("sshPrivateKey", "hfToken")
 
@@ -369,9 +369,30 @@ def namespace_problems(keys) -> list[Problem]:
     return problems
 
 
-def stack_kind(raw: dict[str, Any]) -> str:
-    """`trainer` for a training node's stack (it has gpuhosts:node or gpuhosts:training), else `proxmox`."""
-    return "trainer" if raw.get("node") is not None or raw.get("training") is not None else "proxmox"
+class StackKind(str, Enum):
+    PROXMOX = "proxmox"
+    TRAINER = "trainer"
+
+
+KIND_HELP = f"set {NAMESPACE}:kind: proxmox (a Proxmox VE host) or trainer (a training node)"
+
+
+def stack_kind(raw: dict[str, Any]) -> StackKind:
+    """Which kind of stack this is, as it says itself (`gpuhosts:kind`): never guessed from its sections."""
+    value = raw.get("kind")
+    try:
+        return StackKind(value)
+    except ValueError:
+        raise ConfigError([Problem(path=f"{NAMESPACE}:kind", message=(
+            "is required" if value is None else f"{value!r} is not a kind of stack") + f"; {KIND_HELP}")]) from None
+
+
+def kind_problems(raw: dict[str, Any], kind: StackKind) -> list[Problem]:
+    value = raw.get("kind")
+    if value is None or value == kind.value:
+        return []
+    return [Problem(path=f"{NAMESPACE}:kind", message=f"{value!r} does not match the stack's sections, which are a "
+                                                      f"{kind.value} stack's; {KIND_HELP}")]
 
 
 def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset(),
@@ -383,7 +404,7 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     """
     from gpuhosts.services import check_stack_services, referenced_secrets, validate_service_entries
 
-    problems = namespace_problems(other_keys)
+    problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.PROXMOX)
     problems += stray_key_problems(raw, SECTIONS, SECRET_KEYS, referenced_secrets(raw.get("services")), secret_keys,
                                    "is not a gpuhosts setting")
 

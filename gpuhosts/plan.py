@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpuhosts.config import NAMESPACE, stack_kind, validate_stack
+from gpuhosts.config import NAMESPACE, StackKind, stack_kind, validate_stack
 from gpuhosts.services import referenced_secrets
 
 SECRET = "[secret]"
@@ -173,7 +173,7 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
 
 def load_stack(values: dict[str, Any], secure: set[str], other_keys=()):
     """A stack's host name, its unit graph, and its warnings — a Proxmox host or a training node."""
-    if stack_kind(values) == "trainer":
+    if stack_kind(values) is StackKind.TRAINER:
         from components.training_node import plan_training_node
         from gpuhosts.training import validate_trainer_stack
 

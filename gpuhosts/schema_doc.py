@@ -73,7 +73,8 @@ def _rows(model: type[BaseModel], prefix: str = ""):
 
 
 def table(kind: str) -> str:
-    lines = ["| key | field | default | meaning |", "| --- | --- | --- | --- |"]
+    lines = ["| key | field | default | meaning |", "| --- | --- | --- | --- |",
+             f"| `{NAMESPACE}:kind` | | — | `{kind}`: which kind of stack this is |"]
     for section, model, _listed in KINDS[kind]:
         first = True
         for key, default, meaning in _rows(model):
@@ -112,3 +113,15 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def project_config() -> dict:
+    """Pulumi.yaml's `config:` block: the keys every stack has (the CLI requires a declared key without a default in
+    every stack), described as the models describe them."""
+    from gpuhosts.config import KIND_HELP
+
+    return {
+        f"{NAMESPACE}:kind": {"type": "string", "description": f"Which kind of stack this is; {KIND_HELP}."},
+        f"{NAMESPACE}:sshPrivateKey": {"type": "string", "secret": True, "description": (
+            "Private key for SSH to the host (pulumi config set --secret gpuhosts:sshPrivateKey < key).")},
+    }

@@ -23,6 +23,8 @@ from gpuhosts.config import (
     Problem,
     SshConfig,
     _Model,
+    StackKind,
+    kind_problems,
     namespace_problems,
     ssh_placeholders,
     stray_key_problems,
@@ -33,7 +35,7 @@ from gpuhosts_monitor.bind import is_loopback
 from gpuhosts.compat import model_facts
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
 
-TRAINER_SECTIONS = ("node", "training")
+TRAINER_SECTIONS = ("kind", "node", "training")
 TRAINER_SECRET_KEYS = ("sshPrivateKey", "hfToken")
 SOURCE = re.compile(r"^(?:https://[^\s'\"]+|file:///[^\s'\"]+)/$")
 
@@ -270,7 +272,7 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
     """Turn a training node stack's values into a TrainerStack, or raise ConfigError naming every problem."""
     from gpuhosts.compat import check_training
 
-    problems = namespace_problems(other_keys)
+    problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.TRAINER)
     problems += stray_key_problems(raw, TRAINER_SECTIONS, TRAINER_SECRET_KEYS,
                                   referenced_training_secrets(raw.get("training")), secret_keys,
                                   "is not a setting of a training node stack")

@@ -19,3 +19,11 @@ def test_every_field_of_every_section_is_in_it():
             assert f"`gpuhosts:{section}`" in text
             for name, field in model.model_fields.items():
                 assert f"`{field.alias or name}`" in text or f".{field.alias or name}`" in text, (kind, section, name)
+
+
+def test_pulumi_yaml_declares_what_the_models_say_every_stack_has():
+    import yaml
+
+    from gpuhosts.schema_doc import project_config
+
+    assert yaml.safe_load((PROJECT / "Pulumi.yaml").read_text())["config"] == project_config()
