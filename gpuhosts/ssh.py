@@ -9,6 +9,7 @@ string, so neither the 128 KiB single-argument limit nor an error message ever c
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 import select
@@ -89,7 +90,7 @@ class Connection:
                 key_type, key_data = target.host_key.split()[:2]
                 name = target.address if target.port == 22 else f"[{target.address}]:{target.port}"
                 client.get_host_keys().add(name, key_type, paramiko.PKey.from_type_string(key_type,
-                                                                                      _b64(key_data)))
+                                                                                      base64.b64decode(key_data)))
                 client.set_missing_host_key_policy(paramiko.RejectPolicy())
             else:
                 client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
@@ -181,12 +182,6 @@ class Connection:
         if made.status != 0 or not TEMP_FILE.match(path):
             raise SshError(f"could not upload the script: {made.stderr.strip()[-500:]}")
         return self.exec(command_template(path), stdin)
-
-
-def _b64(data: str) -> bytes:
-    import base64
-
-    return base64.b64decode(data)
 
 
 class Pool:
