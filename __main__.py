@@ -1,4 +1,4 @@
-"""gpuhosts: the stack's desired GPU hosts. The logic lives in components/; this file only wires config to them.
+"""gpuhosts: the stack's desired GPU hosts. The logic lives in gpuhosts/plans/ (pure) and components/ (Pulumi resources); this file only wires config to them.
 
 A stack declares either a Proxmox VE host (`gpuhosts:host` …) or a training node (`gpuhosts:node`, `gpuhosts:training`).
 """
@@ -67,7 +67,8 @@ if validated(lambda raw, _secrets, _others: stack_kind(raw), everything, set(), 
     node = TrainingNode(trainer, secrets)
     pulumi.export("desired", {"training": node.summary})
 else:
-    from components.proxmox_host import ProxmoxHost, summarize_host
+    from components.proxmox_host import ProxmoxHost
+    from gpuhosts.plans.proxmox_host import summarize_host
     from gpuhosts.config import validate_stack
 
     raw = {**{key: None for key in SECTIONS}, **everything}

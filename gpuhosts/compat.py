@@ -160,7 +160,7 @@ def _engine_min_version(params: dict, ctx: Context) -> list[Hit]:
 
 
 def _sglang_spec_on_gdn_hybrid(params: dict, ctx: Context) -> list[Hit]:
-    from components.inference_service import engine_args, engine_environment
+    from gpuhosts.plans.inference_service import engine_args, engine_environment
 
     hits = []
     for index, service in ctx.services:
@@ -199,8 +199,8 @@ def _vllm_fix_present(params: dict, ctx: Context) -> list[Hit]:
 
 
 def _vllm_swa_drafter(params: dict, ctx: Context) -> list[Hit]:
-    from components.drafter_config import parse_drafter_config
-    from components.inference_service import engine_environment
+    from gpuhosts.plans.drafter_config import parse_drafter_config
+    from gpuhosts.plans.inference_service import engine_environment
 
     hits = []
     for index, service in ctx.services:
@@ -232,7 +232,7 @@ def _vllm_swa_drafter(params: dict, ctx: Context) -> list[Hit]:
 
 
 def _drafter_target_layer_ids(params: dict, ctx: Context) -> list[Hit]:
-    from components.drafter_config import DrafterFacts, check_drafter, parse_drafter_config
+    from gpuhosts.plans.drafter_config import DrafterFacts, check_drafter, parse_drafter_config
 
     hits = []
     for index, service in ctx.services:

@@ -329,7 +329,7 @@ class LayerIds:
 
 
 def layer_ids(num_verifier_layers: int, num_drafter_layers: int) -> LayerIds:
-    from components.drafter_config import target_layer_ids
+    from gpuhosts.plans.drafter_config import target_layer_ids
 
     drafter = tuple(target_layer_ids(num_verifier_layers, num_drafter_layers))
     trainer = tuple(i + 1 for i in drafter)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from components.gate_probe import (
+from gpuhosts.plans.gate_probe import (
     GateSettings,
     acceptance,
     gate_command,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.drafter_config import (
+from gpuhosts.plans.drafter_config import (
     check_drafter,
     derive_dflash_config,
     parse_drafter_config,

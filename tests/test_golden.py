@@ -34,8 +34,8 @@ SHARED = ("common/lib.sh.j2", "vfio_binding/pci.sh.j2", "lxc_gpu_passthrough/con
 ELSEWHERE = {
     "opt/gpuhosts/monitor/app/gpuhosts_monitor/": "a file of gpuhosts_monitor/ under a managed-by header; "
                                                   "tests/test_monitor_deploy.py, tests/test_monitor.py",
-    "usr/local/lib/gpuhosts/deploy-gate.py": "components/gate_probe.py verbatim; tests/test_deploy_gate.py",
-    "usr/local/lib/gpuhosts/check-hidden-states.py": "components/hidden_state_check.py; "
+    "usr/local/lib/gpuhosts/deploy-gate.py": "gpuhosts/plans/gate_probe.py verbatim; tests/test_deploy_gate.py",
+    "usr/local/lib/gpuhosts/check-hidden-states.py": "gpuhosts/plans/hidden_state_check.py; "
                                                      "tests/test_hidden_state_check.py",
     "usr/local/lib/gpuhosts/sglang-serve.py": "in full in tests/golden/services/qwen-sglang; "
                                               "tests/test_inference_units.py",

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from components.hidden_state_check import check, read_tensors
-from components.training_node import CHECK_SCRIPT, plan_training_node
+from gpuhosts.plans.hidden_state_check import check, read_tensors
+from gpuhosts.plans.training_node import CHECK_SCRIPT, plan_training_node
 from conftest import FIXTURES, TRAINER_SECRETS, trainer_values
 from gpuhosts.training import validate_trainer_stack
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from components.proxmox_host import plan_host
+from gpuhosts.plans.proxmox_host import plan_host
 from conftest import KPRO5_SECRETS, kpro5_values
 from fakehost import host_env
 from fakehost import kernel

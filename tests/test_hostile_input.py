@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from components.proxmox_host import plan_host
-from components.training_node import plan_training_node
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.plans.training_node import plan_training_node
 from conftest import HOSTILE_FIGURES, KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 from fakehost import host_env
 from gpuhosts.config import ConfigError, validate_stack

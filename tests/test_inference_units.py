@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from components.inference_service import engine_args, exec_start, render_service, secret_variable, systemd_word
+from gpuhosts.plans.inference_service import engine_args, exec_start, render_service, secret_variable, systemd_word
 from services_data import kpro5_services, kpro5_stack
 from test_units import place, scratch_root, verify  # noqa: F401  (the scratch-root fixture)
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tomllib
 
-from components.training_node import FLASK_VERSION, MONITOR_PACKAGE, plan_training_node
+from gpuhosts.plans.training_node import FLASK_VERSION, MONITOR_PACKAGE, plan_training_node
 from conftest import PROJECT, TRAINER_SECRETS, trainer_values
 from gpuhosts.training import validate_trainer_stack
 

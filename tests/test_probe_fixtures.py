@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components.proxmox_host import plan_host
+from gpuhosts.plans.proxmox_host import plan_host
 from conftest import FIXTURES, KPRO5_SECRETS, kpro5_values
 from gpuhosts.config import validate_stack
 from gpuhosts.protocol import parse_facts

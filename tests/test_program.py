@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from components.proxmox_host import plan_host
-from components.training_node import plan_training_node
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.plans.training_node import plan_training_node
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, trainer_values, PROJECT, kpro5_values
 from gpuhosts.config import validate_stack
 from gpuhosts.plan import HOST_UNIT_TYPE, SECRET, SECRET_PLACEHOLDER, run_program

@@ -38,8 +38,8 @@ ALLOWLIST = {
     ("common/probe.sh.j2", "fact.probe"):
         "a bash expression built by gpuhosts/facts.py and the components; the values in it are shlex-quoted where "
         "it is built, and the behavioural tests below run the probes with hostile values",
-    ("gate_probe/gate.py.j2", "source"): "components/gate_probe.py verbatim: code of this repository",
-    ("training_node/check-hidden-states.py.j2", "source"): "components/hidden_state_check.py verbatim",
+    ("gate_probe/gate.py.j2", "source"): "gpuhosts/plans/gate_probe.py verbatim: code of this repository",
+    ("training_node/check-hidden-states.py.j2", "source"): "gpuhosts/plans/hidden_state_check.py verbatim",
 }
 # modprobe.d runs an `install` line through /bin/sh, so its files follow the bash rules; modules-load.d has only
 # module names and comments.
@@ -438,7 +438,7 @@ def no_canary(canary: Path) -> None:
 
 
 def test_kpro5_with_hostile_values_renders_valid_scripts_and_units(canary, tmp_path):
-    from components.proxmox_host import plan_host
+    from gpuhosts.plans.proxmox_host import plan_host
 
     values, refused = accepted(validate_stack, kpro5_values(), KPRO5_SECRETS, kpro5_changes(canary))
     assert len(refused) < len(kpro5_changes(canary)), "the config refuses every hostile value: nothing is tested"
@@ -448,7 +448,7 @@ def test_kpro5_with_hostile_values_renders_valid_scripts_and_units(canary, tmp_p
 
 
 def test_trainer_with_hostile_values_renders_valid_scripts_and_units(canary, tmp_path):
-    from components.training_node import plan_training_node
+    from gpuhosts.plans.training_node import plan_training_node
 
     values, refused = accepted(validate_trainer_stack, trainer_values(), TRAINER_SECRETS, trainer_changes(canary))
     assert len(refused) < len(trainer_changes(canary)), "the config refuses every hostile value: nothing is tested"
@@ -483,8 +483,8 @@ def run_all(units, tree: Path, operation: str, stdin: dict[str, str]) -> None:
 
 
 def test_kpro5_with_hostile_values_converges_and_tears_down_on_the_simulated_host(canary, tmp_path):
-    from components.inference_service import render_service
-    from components.proxmox_host import plan_host
+    from gpuhosts.plans.inference_service import render_service
+    from gpuhosts.plans.proxmox_host import plan_host
     from engine_standin import Engine, start_engine
     from fakehost.installer import make_fake_run
     from fakehost.tree import seed_kpro5
@@ -519,7 +519,7 @@ def test_kpro5_with_hostile_values_converges_and_tears_down_on_the_simulated_hos
 
 
 def test_trainer_with_hostile_values_trains_and_tears_down_on_the_simulated_node(canary, tmp_path):
-    from components.training_node import plan_training_node
+    from gpuhosts.plans.training_node import plan_training_node
     from fakehost import host_env
     from trainer_node import StateServer, node_values, prepare_node
 
@@ -565,7 +565,7 @@ def test_trainer_with_hostile_values_trains_and_tears_down_on_the_simulated_node
 
 
 def test_a_hostile_model_store_is_mounted_and_unmounted_as_data(canary, tmp_path):
-    from components.proxmox_host import plan_host
+    from gpuhosts.plans.proxmox_host import plan_host
     from fakehost.tree import seed_kpro5
 
     def store(values):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from components.proxmox_host import plan_host
+from gpuhosts.plans.proxmox_host import plan_host
 from conftest import KPRO5_SECRETS, kpro5_values
 from engine_standin import Engine, start_engine
 from fakehost import host_env

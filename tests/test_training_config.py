@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.drafter_config import target_layer_ids
-from components.training_node import plan_training_node
+from gpuhosts.plans.drafter_config import target_layer_ids
+from gpuhosts.plans.training_node import plan_training_node
 from conftest import TRAINER_SECRETS, trainer_values
 from gpuhosts.config import ConfigError
 from gpuhosts.training import layer_ids, validate_trainer_stack

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from components.training_node import plan_training_node
+from gpuhosts.plans.training_node import plan_training_node
 from conftest import FIXTURES, TRAINER_SECRETS, trainer_values
 from fakehost import host_env
 from fakehost.tree import tree_digest, tree_listing

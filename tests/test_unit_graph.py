@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.proxmox_host import plan_host
-from components.training_node import plan_training_node
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.plans.training_node import plan_training_node
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 from gpuhosts.config import validate_stack
 from gpuhosts.training import validate_trainer_stack

@@ -13,7 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from components.proxmox_host import plan_host
+from gpuhosts.plans.proxmox_host import plan_host
 from conftest import KPRO5_SECRETS, kpro5_values, trainer_values
 from fakehost import host_env
 from fakehost.installer import make_fake_run

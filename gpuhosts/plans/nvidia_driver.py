@@ -8,7 +8,7 @@ from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
 UNIT = "nvidia-driver"
-# The boot unit of LxcGpuPassthrough (components/lxc_gpu_passthrough.py), named here to keep the modules apart.
+# The boot unit of LxcGpuPassthrough (gpuhosts/plans/lxc_gpu_passthrough.py), named here to keep the modules apart.
 UVM_UNIT = "gpuhosts-nvidia-uvm.service"
 PERSISTENCED_UNIT = "gpuhosts-nvidia-persistenced.service"
 

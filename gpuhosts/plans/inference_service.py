@@ -160,8 +160,8 @@ def service_key(service: ServiceConfig) -> str:
 
 def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tuple[str, ...]) -> Unit:
     """Install the unit (and launcher, gate script, key file) in the container; start, restart or stop it."""
-    from components.gate_probe import render_gate_script
-    from components.python_env import in_container, probe_in
+    from gpuhosts.plans.gate_probe import render_gate_script
+    from gpuhosts.plans.python_env import in_container, probe_in
 
     files = render_service(service, stack)
     gate_script = render_gate_script()

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components.drafter_config import target_layer_ids
-from components.inference_service import SERVICE_ROOT
-from components.python_env import UV_HOME, UV_VERSION, in_container, probe_in
+from gpuhosts.plans.drafter_config import target_layer_ids
+from gpuhosts.plans.inference_service import SERVICE_ROOT
+from gpuhosts.plans.python_env import UV_HOME, UV_VERSION, in_container, probe_in
 from gpuhosts.compat import model_facts
 from gpuhosts.config import ContainerConfig
 from gpuhosts.facts import Fact, desired

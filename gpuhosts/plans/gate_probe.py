@@ -7,7 +7,7 @@ tokens: SGLang's gauges `sglang:spec_accept_length` / `sglang:spec_accept_rate`,
 after the timed request, so earlier traffic does not count). Thresholds come from the service's `gate:` settings.
 
 This module runs in two places: imported by gpuhosts (tests, rendering) and, verbatim, as the gate script inside
-the container (templates/gate_probe/gate.py.j2); components/deploy_gate.py runs it, with the engine's own Python. So it needs only the standard
+the container (templates/gate_probe/gate.py.j2); gpuhosts/plans/deploy_gate.py runs it, with the engine's own Python. So it needs only the standard
 library and `prometheus_client`, which both engines depend on.
 """
 
@@ -312,7 +312,7 @@ def render_gate_script() -> Any:
 
 def gate_command(service: Any) -> list[str]:
     """How the host runs the gate of one service (inside its container): no secret in it."""
-    from components.inference_service import environment_file, secret_variable, venv_path
+    from gpuhosts.plans.inference_service import environment_file, secret_variable, venv_path
 
     command = [f"{venv_path(service)}/bin/python", GATE_SCRIPT, json.dumps(gate_settings(service), sort_keys=True)]
     env_file = environment_file(service)

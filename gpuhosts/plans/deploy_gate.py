@@ -1,4 +1,4 @@
-"""DeployGate: after a service's step changed, run the gate probe (components/gate_probe.py) in its container.
+"""DeployGate: after a service's step changed, run the gate probe (gpuhosts/plans/gate_probe.py) in its container.
 
 The probe waits for /health, sends a smoke request, times decode and reads acceptance from /metrics; it fails the
 deployment below the service's `gate:` thresholds. Its measurements become the stack output `services`.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from components.gate_probe import GATE_SCRIPT, gate_settings
-from components.inference_service import environment_file, secret_variable, venv_path
-from components.python_env import in_container
+from gpuhosts.plans.gate_probe import GATE_SCRIPT, gate_settings
+from gpuhosts.plans.inference_service import environment_file, secret_variable, venv_path
+from gpuhosts.plans.python_env import in_container
 from gpuhosts.facts import render_probe
 from gpuhosts.render import render
 from gpuhosts.services import ServiceConfig

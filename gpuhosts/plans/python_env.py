@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from components.inference_service import SERVICE_ROOT
+from gpuhosts.plans.inference_service import SERVICE_ROOT
 from gpuhosts.facts import Fact, desired, render_probe
 from gpuhosts.render import render
 from gpuhosts.services import ServiceConfig

@@ -10,17 +10,17 @@
 
 from __future__ import annotations
 
-from components.container_userspace import userspace_key
-from components.deploy_gate import plan_deploy_gate
-from components.inference_service import plan_inference_service, service_key
-from components.lxc_gpu_passthrough import devices_key
-from components.model_download import (
+from gpuhosts.plans.container_userspace import userspace_key
+from gpuhosts.plans.deploy_gate import plan_deploy_gate
+from gpuhosts.plans.inference_service import plan_inference_service, service_key
+from gpuhosts.plans.lxc_gpu_passthrough import devices_key
+from gpuhosts.plans.model_download import (
     downloads_for,
     model_store_key,
     plan_model_download,
     plan_model_store,
 )
-from components.python_env import plan_python_env
+from gpuhosts.plans.python_env import plan_python_env
 from gpuhosts.config import ContainerConfig, StackConfig
 from gpuhosts.services import ServiceConfig, WeightsOn
 from gpuhosts.units import Unit

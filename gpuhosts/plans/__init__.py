@@ -1,0 +1,1 @@
+"""Pure plans of every unit: typed settings in, units (scripts, probes, facts) out; no Pulumi here."""

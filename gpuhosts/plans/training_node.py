@@ -1,0 +1,264 @@
+"""TrainingNode: a node that trains a DFlash drafter with speculators, from a bare machine to a running, observable job.
+
+Apply order: pre-flight (GPUs, driver, disk) → the speculators, vLLM and monitor environments → the verifier and the
+starting drafter → the data set → the hidden-state server → the hidden-state check → the training job → the monitor.
+Destroy stops the services and removes units and environments; models, data and checkpoints stay unless the config
+says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuhosts.plans import hidden_state_check
+from gpuhosts.plans.model_download import Download, plan_model_download
+from gpuhosts.plans.python_env import SERVICE_ROOT, EnvSpec, plan_env
+from gpuhosts.compat import model_facts
+from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_fact
+from gpuhosts.render import HostFile, render
+from gpuhosts.training import LayerIds, TrainerStack, layer_ids
+from gpuhosts.units import Unit, UnitGraph
+
+SPECULATORS_REPOSITORY = "https://github.com/vllm-project/speculators"
+VLLM_REPOSITORY = "https://github.com/vllm-project/vllm"
+# The release the monitor is tested with (uv.lock); tests/test_monitor_deploy.py keeps them equal.
+FLASK_VERSION = "3.1.3"
+SERVER_UNIT = "gpuhosts-hidden-state-server.service"
+TRAINING_UNIT = "gpuhosts-dflash-training.service"
+MONITOR_UNIT = "gpuhosts-training-monitor.service"
+CHECK_SCRIPT = "/usr/local/lib/gpuhosts/check-hidden-states.py"
+MONITOR_TOKEN = "/etc/gpuhosts/monitor.token"
+MONITOR_PACKAGE = Path(__file__).resolve().parent.parent.parent / "gpuhosts_monitor"
+PROBE_PROMPT = "Explain in one sentence why the sky is blue."
+READY_TIMEOUT_S = 1800
+
+
+def _package_env(name: str, package: str, spec, repository: str, python: str, *, checkout: bool = False) -> EnvSpec:
+    repository = spec.repository or repository
+    requirement = f"{package} @ git+{repository}@{spec.git_ref}" if spec.git_ref else f"{package}=={spec.version}"
+    ref = spec.git_ref or f"refs/tags/v{spec.version}"
+    return EnvSpec(name=name, requirement=requirement, package=package, release=spec.version,
+                   from_git=spec.git_ref is not None, python=python,
+                   checkout_url=repository if checkout else None, checkout_ref=ref if checkout else None)
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Everything the node receives as a unit graph; the component and the offline plan both read it."""
+
+    graph: UnitGraph
+    ids: LayerIds
+    summary: dict
+
+def _service_unit(key: str, kind: str, unit_name: str, files: list[HostFile], ensure: str, teardown: str,
+                  needs: tuple[str, ...], stdin_secret: str | None = None) -> Unit:
+    facts = [*files_facts(files), systemd_fact(unit_name)]
+    return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, facts),
+                desired=desired(facts), needs=needs, files=tuple(files), stdin_secret=stdin_secret)
+
+def _check_unit(key: str, kind: str, ensure: str, teardown: str, needs: tuple[str, ...]) -> Unit:
+    # A check only measures: nothing of its own on the node can drift.
+    return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, []), needs=needs)
+
+def plan_training_node(stack: TrainerStack) -> TrainingPlan:
+    node, training = stack.node, stack.training
+    verifier_dir, drafter_dir = stack.model_dir(training.verifier), stack.model_dir(training.drafter)
+    verifier_facts = model_facts(training.verifier.repo)
+    num_verifier_layers = training.verifier.num_layers or verifier_facts.num_layers
+    if num_verifier_layers is None:
+        raise ValueError(f"gpuhosts:training.verifier.numLayers: {training.verifier.repo} is not in the model table; "
+                         "give its num_hidden_layers")
+    ids = layer_ids(num_verifier_layers, training.hyper.num_layers)
+
+    envs = {
+        "speculators": _package_env("speculators", "speculators", training.speculators, SPECULATORS_REPOSITORY,
+                                    training.python, checkout=True),
+        "vllm": _package_env("vllm", "vllm", training.vllm, VLLM_REPOSITORY, training.python),
+        "monitor": EnvSpec(name="monitor", requirement=f"flask=={FLASK_VERSION}", package="flask",
+                           release=FLASK_VERSION, from_git=False, python=training.python, needs_hf=False),
+    }
+    env_steps = {name: plan_env(f"env-{name}", env, None, ("preflight",)) for name, env in envs.items()}
+    speculators, vllm_env = envs["speculators"], envs["vllm"]
+
+    verifier_check = {"num_layers": num_verifier_layers}
+    drafter_check = {"target_layer_ids": list(ids.drafter)}
+    downloads = {
+        "verifier": Download(training.verifier, ("training",), "speculators", None, verifier_check, verifier_dir),
+        "drafter": Download(training.drafter, ("training",), "speculators", None, drafter_check, drafter_dir),
+    }
+    # A download needs only the node's pre-flight: it brings its own `hf`.
+    download_steps = {name: plan_model_download(None, d, ("preflight",)) for name, d in downloads.items()}
+
+    dataset_dir = stack.dataset_dir
+    dataset_key = "dataset-" + training.dataset.name.replace(".", "-").replace("_", "-")
+    manifest = f"{dataset_dir}/SHA256SUMS"
+    dataset_facts = [
+        Fact(f"manifest {manifest}", f'sha256sum <"$root"{shlex.quote(manifest)} | cut -d" " -f1 || echo missing',
+             training.dataset.manifest_sha256),
+        # Presence only: hashing a data set of this size is the ensure's work, not a probe's.
+        Fact(f"files of {manifest}", f'dataset_files_state "$root"{shlex.quote(dataset_dir)}', "all present"),
+    ]
+    dataset = Unit(key=dataset_key, kind="DatasetStage",
+                   ensure=render("training_node/dataset-stage.sh.j2", unit=dataset_key,
+                                 dataset=training.dataset, target=dataset_dir),
+                   teardown=render("training_node/dataset-teardown.sh.j2", unit=dataset_key,
+                                   dataset=training.dataset, target=dataset_dir),
+                   probe=render_probe(dataset_key, dataset_facts, prelude=render("training_node/dataset-probe.sh.j2")),
+                   desired=desired(dataset_facts), needs=("preflight",))
+
+    storage = node.storage
+    need_gb = int((training.verifier.size_gb or verifier_facts.size_gb or 60)
+                  + (training.drafter.size_gb or model_facts(training.drafter.repo).size_gb or 5)
+                  + training.dataset.size_gb + training.checkpoints_reserve_gb + 0.999)
+    preflight = _check_unit("preflight", "Preflight",
+                            render("training_node/preflight.sh.j2", unit="preflight", node=node, need_gb=need_gb,
+                                   present_dirs=[verifier_dir, drafter_dir, dataset_dir, stack.checkpoints]),
+                            render("training_node/preflight-teardown.sh.j2", unit="preflight"), ())
+
+    # --- the hidden-state server --------------------------------------------------------------------------------
+    server = training.server
+    states_dir = f"{storage}/hidden_states"
+    server_url = f"http://127.0.0.1:{server.port}"
+    server_argv = [f"{vllm_env.venv}/bin/python", f"{speculators.checkout}/scripts/launch_vllm.py", verifier_dir,
+                   "--hidden-states-path", states_dir, "--target-layer-ids", *map(str, ids.trainer), "--",
+                   "--host", "127.0.0.1", "--port", str(server.port),
+                   "--tensor-parallel-size", str(server.tensor_parallel_size)]
+    if server.data_parallel_size > 1:
+        server_argv += ["--data-parallel-size", str(server.data_parallel_size)]
+    server_argv += ["--gpu-memory-utilization", format(server.mem_fraction, "g"),
+                    "--max-model-len", str(server.max_model_len), *server.extra_args]
+    server_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, server.gpus)),
+                  "HF_HUB_OFFLINE": "1",
+                  # launch_vllm.py starts `vllm serve`: the vLLM environment's bin comes first.
+                  "PATH": f"{vllm_env.venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    server_unit = HostFile(f"/etc/systemd/system/{SERVER_UNIT}", render(
+        "training_node/server.service.j2", vllm_version=training.vllm.version, gpus=server.gpus, ids=ids,
+        verifier_repo=training.verifier.repo, workdir=speculators.checkout,
+        environment=dict(sorted(server_env.items())), argv=server_argv))
+    check_script = HostFile(CHECK_SCRIPT, render("training_node/check-hidden-states.py.j2", path=CHECK_SCRIPT,
+                                                 source=Path(hidden_state_check.__file__).read_text().rstrip("\n")), "0755")
+    server_step = _service_unit(
+        "hidden-state-server", "HiddenStateServer", SERVER_UNIT, [server_unit, check_script],
+        render("training_node/unit.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
+                      summary=f"The hidden-state server on GPUs {list(server.gpus)}.", files=[server_unit, check_script],
+                      needs=[f"{speculators.checkout}/scripts/launch_vllm.py", f"{verifier_dir}/.gpuhosts-download"],
+                      secret_file=None),
+        render("training_node/unit-teardown.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
+               keeps="the hidden states it cached are the training's to delete.",
+               remove=[server_unit.path, check_script.path], delete_dirs=[]),
+        ("env-vllm", "env-speculators", download_steps["verifier"].key))
+
+    probe = dict(server_url=server_url, states_dir=states_dir, ready_timeout_s=READY_TIMEOUT_S,
+                 python=f"{vllm_env.venv}/bin/python", check_script=CHECK_SCRIPT,
+                 probe_request=json.dumps({"model": verifier_dir, "prompt": PROBE_PROMPT, "max_tokens": 1}))
+    check = _check_unit("hidden-state-check", "HiddenStateCheck",
+                        render("training_node/hidden-state-check.sh.j2", unit="hidden-state-check",
+                               server_digest=server_step.digest, **probe),
+                        render("training_node/preflight-teardown.sh.j2", unit="hidden-state-check"),
+                        (server_step.key,))
+
+    # --- the training job -------------------------------------------------------------------------------------
+    hyper = training.hyper
+    save = stack.checkpoints
+    family = (verifier_facts.family or "model").replace(".", "")
+    script_path = f"{SERVICE_ROOT}/training/train_dflash_{family}.sh"
+    # One flag with its value(s) per group: the launch script puts each group on a line of its own.
+    arg_groups = [["--verifier-name-or-path", verifier_dir], ["--data-path", dataset_dir],
+                  ["--vllm-endpoint", server_url], ["--save-path", save], ["--epochs", str(hyper.epochs)],
+                  ["--lr", format(hyper.lr, "g")], ["--speculator-type", "dflash"],
+                  ["--block-size", str(hyper.block_size)], ["--num-layers", str(hyper.num_layers)],
+                  ["--target-layer-ids", *map(str, ids.trainer)], ["--mask-token-id", str(hyper.mask_token_id)]]
+    if hyper.sliding_window:
+        arg_groups.append(["--sliding-window", str(hyper.sliding_window)])
+    arg_groups += [[a] for a in hyper.extra_args]
+    # The summary shows each group as the launch script spells it.
+    args = [" ".join(shlex.quote(word) for word in group) for group in arg_groups]
+    script = HostFile(script_path, render(
+        "training_node/train.sh.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
+        server_gpus=server.gpus, unit_name=TRAINING_UNIT, num_verifier_layers=num_verifier_layers,
+        num_layers=hyper.num_layers, ids=ids, save=save, start_from=drafter_dir,
+        torchrun=f"{speculators.venv}/bin/torchrun", train_py=f"{speculators.checkout}/scripts/train.py",
+        train_args=arg_groups, **probe), "0755")
+    log = f"{save}/train.log"
+    job_unit = HostFile(f"/etc/systemd/system/{TRAINING_UNIT}", render(
+        "training_node/training.service.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
+        server_unit=SERVER_UNIT, workdir=save, script=script_path, log=log))
+    delete_dirs = [save] if training.delete_checkpoints_on_destroy else []
+    job = _service_unit(
+        "dflash-training", "TrainingJob", TRAINING_UNIT, [script, job_unit],
+        render("training_node/unit.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
+                      summary=f"torchrun on GPUs {list(training.training_gpus)}; checkpoints in {save}.",
+                      files=[script, job_unit], needs=[f"{dataset_dir}/SHA256SUMS", f"{drafter_dir}/.gpuhosts-download"],
+                      secret_file=None, make_dirs=[save]),
+        render("training_node/unit-teardown.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
+               keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
+               remove=[job_unit.path, script.path], delete_dirs=delete_dirs,
+               empty_dirs=[script_path.rsplit("/", 1)[0], SERVICE_ROOT]),
+        (check.key, dataset.key, download_steps["drafter"].key, "env-speculators"))
+
+    # --- the monitor ------------------------------------------------------------------------------------------
+    monitor = training.monitor
+    app_dir = f"{SERVICE_ROOT}/monitor/app"
+    app_files = tuple(_monitor_file(app_dir, path) for path in sorted(MONITOR_PACKAGE.rglob("*"))
+                      if path.is_file() and path.suffix in MONITOR_HEADERS)
+    token_file = MONITOR_TOKEN if monitor.token_secret else None
+    monitor_argv = [f"{envs['monitor'].venv}/bin/python", "-m", "gpuhosts_monitor", "--log", log, "--checkpoints", save,
+                    "--server-url", server_url, "--bind", monitor.bind, "--port", str(monitor.port),
+                    "--title", f"DFlash training of {training.verifier.repo}"]
+    if token_file:
+        monitor_argv += ["--token-file", token_file]
+    monitor_unit = HostFile(f"/etc/systemd/system/{MONITOR_UNIT}", render(
+        "training_node/monitor.service.j2", bind=monitor.bind, port=monitor.port, token_file=token_file,
+        workdir=app_dir, argv=monitor_argv))
+    monitor_step = _service_unit(
+        "training-monitor", "TrainingMonitor", MONITOR_UNIT, [*app_files, monitor_unit],
+        render("training_node/unit.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,
+                      summary=f"The monitoring web UI on {monitor.bind}:{monitor.port}.",
+                      files=[*app_files, monitor_unit], needs=[f"{envs['monitor'].venv}/bin/python"],
+                      secret_file=token_file),
+        render("training_node/unit-teardown.sh.j2", unit="training-monitor", unit_name=MONITOR_UNIT,
+               keeps="it only reads the training.", remove=[monitor_unit.path, *(f.path for f in app_files),
+                                                          *([token_file] if token_file else [])],
+               delete_dirs=[], empty_dirs=["/etc/gpuhosts"]),
+        # The monitor only reads the training's log and checkpoints: it waits for its environment alone.
+        ("env-monitor",), stdin_secret=monitor.token_secret)
+
+    summary = {
+        "driver": node.driver_version,
+        "gpus": {"count": node.gpus.count, "model": node.gpus.model,
+                 "server": list(server.gpus), "training": list(training.training_gpus)},
+        "layerIds": {"drafterConfig": list(ids.drafter), "trainer": list(ids.trainer), "serverExtracts": list(ids.server)},
+        "verifier": {"repo": training.verifier.repo, "dir": verifier_dir, "layers": num_verifier_layers},
+        "startFrom": {"repo": training.drafter.repo, "dir": drafter_dir, "gated": training.drafter.gated},
+        "environments": {name: env.requirement for name, env in envs.items()},
+        "server": {"unit": SERVER_UNIT, "url": server_url, "argv": server_argv, "environment": server_env},
+        "training": {"unit": TRAINING_UNIT, "script": script_path, "nprocPerNode": len(training.training_gpus),
+                     "args": args, "checkpoints": save, "log": log},
+        "dataset": {"dir": dataset_dir, "samples": training.dataset.samples, "source": training.dataset.source},
+        "monitor": {"unit": MONITOR_UNIT, "listen": f"{monitor.bind}:{monitor.port}",
+                    "token": f"gpuhosts:{monitor.token_secret}" if monitor.token_secret else None},
+        "diskNeededGb": need_gb,
+        "keptOnDestroy": [d for d, delete in ((verifier_dir, training.verifier.delete_on_destroy),
+                                              (drafter_dir, training.drafter.delete_on_destroy),
+                                              (dataset_dir, training.dataset.delete_on_destroy),
+                                              (save, training.delete_checkpoints_on_destroy)) if not delete],
+    }
+    graph = UnitGraph([preflight, *env_steps.values(), *download_steps.values(), dataset, server_step, check, job,
+                       monitor_step])
+    return TrainingPlan(graph=graph, ids=ids, summary=summary)
+
+
+MONITOR_HEADERS = {".py": "# {}", ".html": "<!-- {} -->", ".css": "/* {} */", ".js": "// {}"}
+
+
+def _monitor_file(app_dir: str, path: Path) -> HostFile:
+    """A file of the monitor's package as the node receives it: the repository's file under a managed-by header."""
+    relative = path.relative_to(MONITOR_PACKAGE).as_posix()
+    header = MONITOR_HEADERS[path.suffix].format(f"managed by gpuhosts — gpuhosts_monitor/{relative} of the gpuhosts "
+                                                 "repository; do not edit on the node")
+    return HostFile(f"{app_dir}/gpuhosts_monitor/{relative}", header + "\n" + path.read_text())
+
+
+# --- the component --------------------------------------------------------------------------------------------
