@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -73,8 +75,53 @@ class TrainingRule(Rule):
         return TRAINING_CHECKS
 
 
+class EngineRow(_Row):
+    """Facts of the releases of one package in a version range; see the `engines` section of compat-rules.yaml."""
+
+    package: str
+    versions: str
+    lock_constraints: tuple[str, ...] = ()
+    flag_renames: dict[str, str] = {}
+    redundant_environment: tuple[str, ...] = ()
+    reasoning_field: str | None = None
+    contains_prs: tuple[int, ...] = ()
+    reason: str | None = None
+    source: str
+
+    @field_validator("versions")
+    @classmethod
+    def _specifier(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ValueError(f"{value!r} is not a PEP 440 version range such as \">=0.5.23\"") from None
+        return value
+
+    def holds(self, version: str) -> bool:
+        return SpecifierSet(self.versions).contains(Version(version), prereleases=True)
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the matching `engines` rows say about one release (later rows win per field)."""
+
+    package: str
+    version: str
+    lock_constraints: tuple[str, ...] = ()
+    flag_renames: tuple[tuple[str, str], ...] = ()
+    redundant_environment: frozenset[str] = frozenset()
+    reasoning_field: str | None = None
+    contains_prs: frozenset[int] = frozenset()
+    sources: tuple[str, ...] = ()
+
+    def flag(self, name: str) -> str:
+        return dict(self.flag_renames).get(name, name)
+
+
 class RuleFile(_Row):
     models: tuple[ModelRow, ...] = ()
+    engines: tuple[EngineRow, ...] = ()
+    newest: dict[str, str] = {}
     rules: tuple[Rule, ...]
     training_rules: tuple[TrainingRule, ...] = ()
 
@@ -120,6 +167,28 @@ def model_facts(repo: str, rules: RuleFile | None = None) -> ModelFacts:
     return ModelFacts(family=merged.get("family"), gdn_hybrid=bool(merged.get("gdn_hybrid")),
                       num_layers=merged.get("num_layers"), sliding_window=merged.get("sliding_window"),
                       size_gb=merged.get("size_gb"))
+
+
+def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> EngineFacts:
+    """Every `engines` row of `package` whose range holds `version`, merged in file order."""
+    constraints: list[str] = []
+    renames: dict[str, str] = {}
+    redundant: set[str] = set()
+    prs: set[int] = set()
+    reasoning = None
+    sources = []
+    for row in (rules or load_rules()).engines:
+        if row.package != package or not row.holds(version):
+            continue
+        constraints += row.lock_constraints
+        renames.update(row.flag_renames)
+        redundant.update(row.redundant_environment)
+        prs.update(row.contains_prs)
+        reasoning = row.reasoning_field or reasoning
+        sources.append(" ".join(row.source.split()))
+    return EngineFacts(package=package, version=version, lock_constraints=tuple(constraints),
+                       flag_renames=tuple(sorted(renames.items())), redundant_environment=frozenset(redundant),
+                       reasoning_field=reasoning, contains_prs=frozenset(prs), sources=tuple(sources))
 
 
 def version_key(text: str) -> tuple:
