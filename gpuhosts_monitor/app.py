@@ -6,6 +6,7 @@ import hmac
 import math
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,17 @@ from gpuhosts_monitor.parse import Snapshot, downsample
 from gpuhosts_monitor.sources import Cached, LogFollower, newest_checkpoint, query_gpus, server_health
 
 CURVE_POINTS = 500
+
+# The stall rule. A run is stalled when no new step has reached the log for longer than
+#     max(STALL_FLOOR_S, STALL_FACTOR × the median interval between logged steps of the current launch).
+# The median, not the mean, so that the long gaps a healthy run has anyway (the epoch-end validation, a checkpoint
+# save, the first step's compilation) do not raise the threshold. Ten intervals: step times jitter with data loading,
+# garbage collection and NCCL, and a mid-epoch checkpoint save costs a few to tens of steps, so a healthy run rarely
+# goes ten median intervals without a step, while a hung one (a dead rank, a wedged collective) is called out within
+# minutes at the usual 1–10 s per step. The floor covers sub-second steps, whose interval rich's whole-second
+# timestamps cannot measure, and runs whose log has no interval to measure yet.
+STALL_FLOOR_S = 120.0
+STALL_FACTOR = 10.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,23 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
+def stall_threshold(snap: Snapshot) -> tuple[float, float | None, str | None]:
+    """(seconds without a new step after which the run is stalled, the median step interval, where it came from)."""
+    interval, source = snap.step_interval()
+    threshold = max(STALL_FLOOR_S, STALL_FACTOR * interval) if interval is not None else STALL_FLOOR_S
+    return threshold, interval, source
+
+
+def acceptance_status(snap: Snapshot) -> dict:
+    figures = snap.acceptance()
+    return {
+        "step": snap.latest.step if snap.latest and not figures.empty else None,
+        "eal": _finite(figures.eal),
+        "full_acc": _finite(figures.full_acc),
+        "positions": [{"position": pos, "acc": _finite(acc)} for pos, acc in figures.positions],
+    }
+
+
 def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float) -> dict:
     latest = snap.latest
     total, total_source = (config.total_steps, "cli") if config.total_steps else (snap.total_steps(), "log")
@@ -58,18 +87,23 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
         total_source = None
     rate, rate_source = snap.step_rate()
     step = latest.step if latest else None
-    eta = None
-    if total is not None and step is not None and rate:
-        eta = round(max(0, total - step) / rate)
     log_age = round(now - log_stat.st_mtime, 1) if log_stat is not None else None
+    threshold, interval, interval_source = stall_threshold(snap)
+    step_age = max(0.0, now - snap.step_seen_at) if latest and snap.step_seen_at is not None else None
     if log_stat is None:
         state = "no-log"
     elif snap.finished:
         state = "finished"
     elif latest is None:
         state = "waiting"
+    elif step_age is not None and step_age > threshold:
+        state = "stalled"
     else:
         state = "running"
+    eta = None
+    # a stalled run has no time of arrival: the step rate it had says nothing about when it moves again
+    if state != "stalled" and total is not None and step is not None and rate:
+        eta = round(max(0, total - step) / rate)
     return {
         "state": state,
         "step": step,
@@ -93,15 +127,27 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
         },
         "restarts": [asdict(restart) for restart in snap.restarts],
         "log_age_s": log_age,
+        "last_step_age_s": round(step_age, 1) if step_age is not None else None,
+        "stall": {
+            "threshold_s": round(threshold, 1),
+            "step_interval_s": round(interval, 3) if interval is not None else None,
+            "interval_source": interval_source,
+            "floor_s": STALL_FLOOR_S,
+            "factor": STALL_FACTOR,
+        },
+        "phase": snap.phase,
+        "acceptance": acceptance_status(snap),
     }
 
 
 def curves(snap: Snapshot) -> dict:
     loss = downsample([p for p in snap.points if p.loss is not None and math.isfinite(p.loss)], CURVE_POINTS)
     lr = downsample([p for p in snap.points if p.lr is not None and math.isfinite(p.lr)], CURVE_POINTS)
+    eal = downsample([p for p in snap.points if p.eal is not None and math.isfinite(p.eal)], CURVE_POINTS)
     return {
         "loss": [[p.step, p.loss] for p in loss],
         "lr": [[p.step, p.lr] for p in lr],
+        "eal": [[p.step, p.eal] for p in eal],
         "points_total": len(snap.points),
     }
 
@@ -109,15 +155,17 @@ def curves(snap: Snapshot) -> dict:
 class Monitor:
     """The readings behind one app; the log is followed incrementally across requests."""
 
-    def __init__(self, config: MonitorConfig) -> None:
+    def __init__(self, config: MonitorConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
+        self.clock = clock
         self.follower = LogFollower(config.log)
         self.gpus = Cached(config.cache_s, lambda: query_gpus(config.nvidia_smi))
         self.health = Cached(config.cache_s, lambda: server_health(config.server_url, config.health_timeout_s))
 
     def status(self) -> dict:
-        now = time.time()
         snap, tail, log_stat = self.follower.refresh()
+        # after the read: a step read in this request is never newer than "now"
+        now = self.clock()
         gpus, gpu_error = self.gpus.get()
         health = self.health.get()
         checkpoint, checkpoint_count, checkpoint_error = newest_checkpoint(self.config.checkpoints)
@@ -169,10 +217,11 @@ def _fmt(value, digits: int = 4) -> str:
     return str(value)
 
 
-def create_app(config: MonitorConfig) -> Flask:
+def create_app(config: MonitorConfig, clock: Callable[[], float] = time.time) -> Flask:
+    """The app; `clock` gives "now" in seconds since the epoch (tests pass fixed times)."""
     app = Flask(__name__)
     app.json.sort_keys = False
-    monitor = Monitor(config)
+    monitor = Monitor(config, clock)
     app.extensions["gpuhosts_monitor"] = monitor
     app.jinja_env.filters["fmt"] = _fmt
     expected = config.token.encode() if config.token else None

@@ -1,4 +1,5 @@
-"""Turn a trainer's console log into training progress: step, loss, lr, epoch, tokens/s, restarts.
+"""Turn a trainer's console log into training progress: step, loss, lr, epoch, tokens/s, restarts, and a DFlash
+drafter's acceptance figures (expected acceptance length, full accuracy, accuracy per block position).
 
 Formats understood (tests/fixtures/training/README.md has one captured sample of each):
 
@@ -13,6 +14,14 @@ Formats understood (tests/fixtures/training/README.md has one captured sample of
   ``{'loss': '2.911', 'learning_rate': '4.25e-05', 'epoch': '0.5'}`` written through it (strings since 5.x, floats
   before); no step in the dict, so the bar's position is the step.
 * Any trainer that prints ``key=value`` pairs (``step=10 loss=2.31 lr=1e-4``) and classic tqdm bars.
+
+DFlash acceptance figures are keys of the same speculators record. Their names come from
+``models/dflash/metrics.py`` ``compute_metrics``: 0.5.0 returns ``full_acc`` and ``position {i} acc`` (with spaces,
+printed ``train/position 14 acc=0.188``); 0.6.0 counts ``full_acc``/``position_{i}_acc`` as ``_sum``/``_total``
+pairs that ``train/utils.py`` ``normalize_counted_metrics`` divides back into ``full_acc`` and ``position_{i}_acc``;
+0.7.0 adds ``eal`` (expected accepted length: the mean accepted run per block plus the verifier's bonus token), the
+same in 0.9.0. ``Trainer.train_epoch`` logs them under ``train`` and ``train/logger.py`` ``FormatDictFilter``
+(``_flatten_dict`` joins with ``/``) prints ``train/eal=3.276, train/full_acc=0.412, train/position_1_acc=0.630``.
 
 Everything else (warnings, tracebacks, torchrun's banner, half-written last lines) is skipped.
 
@@ -84,6 +93,10 @@ TOKENS_KEYS = (
 VAL_PREFIXES = ("val/", "eval/", "eval_", "val_")
 # transformers prints these once, after the last step.
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
+# DFlash acceptance figures (see the module docstring for the releases that print them)
+EAL_KEYS = ("train/eal", "eal")
+FULL_ACC_KEYS = ("train/full_acc", "full_acc")
+POSITION_ACC_RE = re.compile(r"^(?:train/)?position[ _](?P<pos>\d+)[ _]acc$")
 RATE_WINDOW = 50
 
 
@@ -99,6 +112,32 @@ class Point:
     time: float | None
     """Seconds from the log's own timestamps; only differences within one launch are meaningful."""
     line: int
+    eal: float | None = None
+    """Expected acceptance length of a DFlash drafter (speculators 0.7.0 and later)."""
+    full_acc: float | None = None
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """A DFlash drafter's acceptance figures of one training record."""
+
+    eal: float | None
+    full_acc: float | None
+    positions: list[tuple[int, float]]
+    """(position in the block, accuracy), by position; the anchor (0) is not predicted and not logged."""
+
+    @property
+    def empty(self) -> bool:
+        return self.eal is None and self.full_acc is None and not self.positions
+
+
+def acceptance(values: dict[str, float]) -> Acceptance:
+    positions = sorted(
+        (int(match["pos"]), value)
+        for key, value in values.items()
+        if (match := POSITION_ACC_RE.match(key)) is not None
+    )
+    return Acceptance(eal=_first(values, EAL_KEYS), full_acc=_first(values, FULL_ACC_KEYS), positions=positions)
 
 
 @dataclass(frozen=True)
@@ -130,10 +169,38 @@ class Snapshot:
     lines: int
     segment_start: int
     """Index into points of the first point of the current launch."""
+    phase: str = "train"
+    """What the trainer said it is doing: "train", "val" (a validation pass started and not completed) or
+    "between" (after an epoch or a validation pass completed, before the next starts)."""
+    step_seen_at: float | None = None
+    """Wall-clock time by which the latest step had been written: the log file's mtime when the read that brought
+    it in finished (LogFollower sets it; parse_text cannot know it)."""
 
     @property
     def latest(self) -> Point | None:
         return self.points[-1] if self.points else None
+
+    def acceptance(self) -> Acceptance:
+        """The DFlash figures of the newest training record."""
+        return acceptance(self.metrics)
+
+    def step_interval(self) -> tuple[float | None, str | None]:
+        """Median seconds between consecutive logged steps of this launch, from log timestamps, else from tqdm.
+
+        Logged steps, not optimizer steps: a trainer that logs every 5th step advances the log every 5 steps.
+        """
+        window = self.points[self.segment_start :][-RATE_WINDOW:]
+        gaps = [
+            b.time - a.time
+            for a, b in zip(window, window[1:], strict=False)
+            if a.time is not None and b.time is not None and b.step > a.step and b.time >= a.time
+        ]
+        if gaps:
+            return _median(gaps), "log-timestamps"
+        steps = [b.step - a.step for a, b in zip(window, window[1:], strict=False) if b.step > a.step]
+        if self.tqdm_rate:
+            return (_median(steps) if steps else 1) / self.tqdm_rate, "tqdm"
+        return None, None
 
     def total_steps(self) -> int | None:
         """Steps of the whole run as far as the log tells: a global bar's total, else epochs × steps per epoch."""
@@ -154,6 +221,12 @@ class Snapshot:
         if self.tqdm_rate:
             return self.tqdm_rate, "tqdm"
         return None, None
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def downsample(points: list[Point], limit: int = 500) -> list[Point]:
@@ -241,6 +314,15 @@ def _dict_values(message: str) -> dict[str, float] | None:
         elif isinstance(item, str) and (number := _number(item)) is not None:
             found[key.lower()] = number
     return found
+
+
+def _phase_after(message: str) -> str | None:
+    """The phase a speculators start/complete message puts the trainer in (``Trainer.train`` logs them)."""
+    if match := TRAIN_EPOCH_RE.search(message):
+        return "train" if match["what"] == "started" else "between"
+    if match := VAL_EPOCH_RE.search(message):
+        return "val" if match["what"] == "started" else "between"
+    return None
 
 
 @dataclass
@@ -376,10 +458,9 @@ class LogParser:
             self._phase = "train"
         if match := TRAIN_EPOCH_RE.search(message):
             self.epochs_total = int(match["of"])
-            self._phase = "train" if match["what"] == "started" else "between"
-        elif match := VAL_EPOCH_RE.search(message):
-            self._phase = "val" if match["what"] == "started" else "between"
-        elif match := FAST_SKIP_RE.search(message):
+        if (phase := _phase_after(message)) is not None:
+            self._phase = phase
+        if match := FAST_SKIP_RE.search(message):
             self._skip_batches = int(match["n"])
 
     def _progress_bar(self, message: str) -> bool:
@@ -456,6 +537,8 @@ class LogParser:
                 tokens_per_s=_first(values, TOKENS_KEYS),
                 time=when,
                 line=line,
+                eal=_first(values, EAL_KEYS),
+                full_acc=_first(values, FULL_ACC_KEYS),
             )
         )
         self.metrics = dict(values)
@@ -507,8 +590,11 @@ class LogParser:
         # a copy: the follower keeps appending from other request threads
         points = list(self.points)
         metrics = self.metrics
+        phase = self._phase
         pending = self._pending
         if pending is not None:
+            # a trainer that hangs right after "Validation epoch 1/2 started" writes no next line to complete it
+            phase = _phase_after(pending.message()) or phase
             values = key_values(pending.message())
             raw = _first(values, STEP_KEYS)
             loss = _first(values, LOSS_KEYS)
@@ -528,6 +614,8 @@ class LogParser:
                         tokens_per_s=_first(values, TOKENS_KEYS),
                         time=pending.time,
                         line=pending.line,
+                        eal=_first(values, EAL_KEYS),
+                        full_acc=_first(values, FULL_ACC_KEYS),
                     )
                 )
                 metrics = dict(values)
@@ -544,6 +632,7 @@ class LogParser:
             finished=self.finished,
             lines=self.lines,
             segment_start=self._segment_start,
+            phase=phase,
         )
 
 

@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuhosts_monitor.parse import ANSI_RE, LogParser, Snapshot
@@ -32,7 +32,14 @@ def display_line(raw: str) -> str:
 
 
 class LogFollower:
-    """Reads what the trainer appended since the last call; starts over when the file is replaced or truncated."""
+    """Reads what the trainer appended since the last call; starts over when the file is replaced or truncated.
+
+    It also notes when the latest step was written, on the wall clock: the log's own timestamps carry no date (rich
+    prints ``[HH:MM:SS]``) and may come from another clock, so the file's mtime after the read that brought the step
+    in stands for it. That is the time of the newest byte, never before the step: the age derived from it is at most
+    the step's real age, so a log that keeps growing with warnings but no steps still ages, and a healthy run is never
+    called stalled early.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -45,6 +52,8 @@ class LogFollower:
         self._partial = b""
         self._parser = LogParser()
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._latest: tuple[int, int] | None = None
+        self._latest_seen_at: float | None = None
 
     def refresh(self) -> tuple[Snapshot, list[str], os.stat_result | None]:
         with self._lock:
@@ -57,14 +66,19 @@ class LogFollower:
             if inode != self._inode or st.st_size < self._offset:
                 self._reset(inode)
             if st.st_size > self._offset:
-                self._read()
+                # the file as it was when the read ended, so that no step read is newer than its mtime
+                st = self._read()
             tail = list(self._tail)
             if self._partial:
                 # a line still being written is shown, but only parsed once it is complete
                 tail = [*tail[1 - TAIL_LINES :], display_line(self._partial.decode("utf-8", "replace"))]
-            return self._parser.snapshot(), tail, st
+            snap = self._parser.snapshot()
+            latest = (snap.latest.step, snap.latest.line) if snap.latest else None
+            if latest != self._latest:
+                self._latest, self._latest_seen_at = latest, st.st_mtime if latest else None
+            return replace(snap, step_seen_at=self._latest_seen_at), tail, st
 
-    def _read(self) -> None:
+    def _read(self) -> os.stat_result:
         with self.path.open("rb") as fh:
             fh.seek(self._offset)
             while chunk := fh.read(READ_CHUNK):
@@ -75,6 +89,7 @@ class LogFollower:
                     text = raw.decode("utf-8", "replace")
                     self._parser.feed_line(text)
                     self._tail.append(display_line(text))
+            return os.fstat(fh.fileno())
 
 
 @dataclass(frozen=True)

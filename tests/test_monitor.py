@@ -490,15 +490,32 @@ def test_checkpoint_dir_missing(tmp_path):
 # the Flask app
 
 
-def app_for(tmp_path: Path, log: Path, server_url: str, **overrides):
+# When the tests' logs were last written, and "now" for the app: five seconds later, a run still going.
+LOG_WRITTEN = 1_777_629_702.0  # 2026-05-01T10:01:42Z, the fixtures' last record
+JUST_AFTER = LOG_WRITTEN + 5
+
+
+def served_log(tmp_path: Path, log: Path, written: float = LOG_WRITTEN) -> Path:
+    """A copy of `log` whose mtime is `written`, so the stall rule sees a fixed age (a missing log stays missing)."""
+    if not log.exists():
+        return log
+    copy = tmp_path / "served" / log.name
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_bytes(log.read_bytes())
+    os.utime(copy, (written, written))
+    return copy
+
+
+def app_for(tmp_path: Path, log: Path, server_url: str, now: float = JUST_AFTER, **overrides):
     smi = overrides.pop("nvidia_smi", None) or fake_nvidia_smi(tmp_path, SMI / "query-gpu-monitor-idle.csv")
     checkpoints = overrides.pop("checkpoints", None) or make_checkpoints(
         tmp_path / "ckpt", {"0": {"age": 60, "files": SAFETENSORS}}
     )
     config = MonitorConfig(
-        log=log, checkpoints=checkpoints, server_url=server_url, nvidia_smi=str(smi), cache_s=0, **overrides
+        log=served_log(tmp_path, log), checkpoints=checkpoints, server_url=server_url, nvidia_smi=str(smi),
+        cache_s=0, **overrides
     )
-    return create_app(config)
+    return create_app(config, clock=lambda: now)
 
 
 def test_status_numbers_from_fixture(tmp_path, health_server):

@@ -15,7 +15,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py 0644 <<'GPUH
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:bfac16bb9d2fd88b]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:5a2e7a80465c0513]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py 0644 <<'GPUHOSTS_EOF'
@@ -27,15 +27,15 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py 0644 <<'GPUHOSTS_
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py.sha256 sha256:5950a17255322f80]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py.sha256 sha256:42015d292f4c71ab]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py.sha256 sha256:716321fb44781dbf]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py.sha256 sha256:e9b2cb1b42f5f879]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html.sha256 sha256:652569ed4ce86780]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html.sha256 sha256:316b402a12535c43]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-training-monitor.service 0644 <<'GPUHOSTS_EOF'
