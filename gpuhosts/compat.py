@@ -7,132 +7,28 @@ source, so a stack author learns in one plan what the engines would otherwise te
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from dataclasses import dataclass
-from enum import Enum
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
-from pydantic.alias_generators import to_camel
-
+from gpuhosts.compat_data import (
+    RULES_FILE,
+    EngineFacts,
+    ModelFacts,
+    RuleFile,
+    Severity,
+    engine_facts,
+    load_rule_file,
+    model_facts,
+    version_key,
+)
 from gpuhosts.config import NAMESPACE
+from gpuhosts.engines import driver_for
+from gpuhosts.plans.drafter_config import DrafterFacts, check_drafter, parse_drafter_config
 from gpuhosts.services import Engine, ServiceConfig, SpecMethod
 
-RULES_FILE = Path(__file__).resolve().parent / "compat-rules.yaml"
-
-
-class Severity(str, Enum):
-    ERROR = "error"
-    WARNING = "warning"
-
-
-class _Row(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-
-class Rule(_Row):
-    """A row of `rules` (checks over services); `TrainingRule` rows check a training node's settings."""
-
-    id: str
-    severity: Severity
-    check: str
-    params: dict[str, Any] = {}
-    field: str
-    reason: str
-    fix: str
-    source: str
-
-    @classmethod
-    def checks(cls) -> dict[str, Callable]:
-        return CHECKS
-
-    @field_validator("check")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in cls.checks():
-            raise ValueError(f"unknown check {value!r}; known: {', '.join(sorted(cls.checks()))}")
-        return value
-
-
-class ModelRow(_Row):
-    repo: str
-    size_gb: float | None = None
-    family: str | None = None
-    gdn_hybrid: bool | None = None
-    num_layers: int | None = None
-    sliding_window: bool | None = None
-
-
-class TrainingRule(Rule):
-    @classmethod
-    def checks(cls) -> dict[str, Callable]:
-        return TRAINING_CHECKS
-
-
-class EngineRow(_Row):
-    """Facts of the releases of one package in a version range; see the `engines` section of compat-rules.yaml."""
-
-    package: str
-    versions: str
-    lock_constraints: tuple[str, ...] = ()
-    flag_renames: dict[str, str] = {}
-    redundant_environment: tuple[str, ...] = ()
-    reasoning_field: str | None = None
-    contains_prs: tuple[int, ...] = ()
-    reason: str | None = None
-    source: str
-
-    @field_validator("versions")
-    @classmethod
-    def _specifier(cls, value: str) -> str:
-        try:
-            SpecifierSet(value)
-        except InvalidSpecifier:
-            raise ValueError(f"{value!r} is not a PEP 440 version range such as \">=0.5.23\"") from None
-        return value
-
-    def holds(self, version: str) -> bool:
-        return SpecifierSet(self.versions).contains(Version(version), prereleases=True)
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """What the matching `engines` rows say about one release (later rows win per field)."""
-
-    package: str
-    version: str
-    lock_constraints: tuple[str, ...] = ()
-    flag_renames: tuple[tuple[str, str], ...] = ()
-    redundant_environment: frozenset[str] = frozenset()
-    reasoning_field: str | None = None
-    contains_prs: frozenset[int] = frozenset()
-    sources: tuple[str, ...] = ()
-
-    def flag(self, name: str) -> str:
-        return dict(self.flag_renames).get(name, name)
-
-
-class RuleFile(_Row):
-    models: tuple[ModelRow, ...] = ()
-    engines: tuple[EngineRow, ...] = ()
-    newest: dict[str, str] = {}
-    rules: tuple[Rule, ...]
-    training_rules: tuple[TrainingRule, ...] = ()
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    family: str | None = None
-    gdn_hybrid: bool = False
-    num_layers: int | None = None
-    sliding_window: bool | None = None
-    size_gb: float | None = None
+__all__ = ["RULES_FILE", "EngineFacts", "Finding", "ModelFacts", "RuleFile", "Severity", "check_services",
+           "check_training", "engine_facts", "errors", "load_rules", "model_facts", "version_key", "warnings"]
 
 
 @dataclass(frozen=True)
@@ -150,58 +46,16 @@ class Finding:
                 f"[rule {self.rule}; {self.source}]")
 
 
-@lru_cache(maxsize=4)
+
 def load_rules(path: Path = RULES_FILE) -> RuleFile:
-    try:
-        return RuleFile.model_validate(yaml.safe_load(path.read_text()))
-    except ValidationError as error:
-        raise ValueError(f"{path}: {error}") from None
-
-
-def model_facts(repo: str, rules: RuleFile | None = None) -> ModelFacts:
-    """Facts of a model repository, from every matching row of the known-models table (later rows win)."""
-    merged: dict[str, Any] = {}
-    for row in (rules or load_rules()).models:
-        if fnmatch.fnmatchcase(repo, row.repo):
-            merged.update({k: v for k, v in row.model_dump(exclude={"repo"}).items() if v is not None})
-    return ModelFacts(family=merged.get("family"), gdn_hybrid=bool(merged.get("gdn_hybrid")),
-                      num_layers=merged.get("num_layers"), sliding_window=merged.get("sliding_window"),
-                      size_gb=merged.get("size_gb"))
-
-
-def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> EngineFacts:
-    """Every `engines` row of `package` whose range holds `version`, merged in file order."""
-    constraints: list[str] = []
-    renames: dict[str, str] = {}
-    redundant: set[str] = set()
-    prs: set[int] = set()
-    reasoning = None
-    sources = []
-    for row in (rules or load_rules()).engines:
-        if row.package != package or not row.holds(version):
-            continue
-        constraints += row.lock_constraints
-        renames.update(row.flag_renames)
-        redundant.update(row.redundant_environment)
-        prs.update(row.contains_prs)
-        reasoning = row.reasoning_field or reasoning
-        sources.append(" ".join(row.source.split()))
-    return EngineFacts(package=package, version=version, lock_constraints=tuple(constraints),
-                       flag_renames=tuple(sorted(renames.items())), redundant_environment=frozenset(redundant),
-                       reasoning_field=reasoning, contains_prs=frozenset(prs), sources=tuple(sources))
-
-
-def version_key(text: str) -> tuple:
-    """Order PEP 440 releases of the shape the config accepts: 0.5.10 < 0.5.10.post1 < 0.5.11rc1 < 0.5.11."""
-    match = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+)|\.post(\d+)|\.dev(\d+))?$", text)
-    if not match:
-        raise ValueError(f"{text!r} is not a release")
-    release = tuple(int(match[i]) for i in (1, 2, 3))
-    if match[7] is not None:
-        return release + (-2, int(match[7]))
-    if match[4] is not None:
-        return release + (-1, {"a": 0, "b": 1, "rc": 2}[match[4]] * 10_000 + int(match[5]))
-    return release + (0, int(match[6] or 0))
+    """The rule file, with every row's check known (a typo in a check name is an error naming it)."""
+    rules = load_rule_file(path)
+    for section, known in (("rules", CHECKS), ("trainingRules", TRAINING_CHECKS)):
+        for row in getattr(rules, "rules" if section == "rules" else "training_rules"):
+            if row.check not in known:
+                raise ValueError(f"{path}: {section} row {row.id}: unknown check {row.check!r}; known: "
+                                 f"{', '.join(sorted(known))}")
+    return rules
 
 
 @dataclass
@@ -229,22 +83,23 @@ def _engine_min_version(params: dict, ctx: Context) -> list[Hit]:
 
 
 def _sglang_spec_on_gdn_hybrid(params: dict, ctx: Context) -> list[Hit]:
-    from gpuhosts.plans.inference_service import engine_args, engine_environment
-
     hits = []
     for index, service in ctx.services:
         if (service.engine.name is not Engine.SGLANG or service.speculative.method is SpecMethod.NONE
                 or not ctx.facts(service.model.repo).gdn_hybrid):
             continue
-        argv, env = engine_args(service), engine_environment(service)
+        driver = driver_for(service.engine)
+        release = driver.facts(service.engine)
+        argv, env = driver.argv(service, "venv"), driver.environment(service) | dict(service.environment)
         missing = []
-        flag = params["flag"]
+        flag = release.flag(params["flag"])
         values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag] + \
                  [a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")]
         if not values or values[-1] != params["value"]:
             missing.append(f"{flag} {params['value']} (have {values[-1] if values else 'none'})")
-        for key, value in params["environment"].items():
-            if env.get(key) != value:
+        for key, value in params.get("environment", {}).items():
+            # A release whose default already is the value needs the variable only not to be overridden.
+            if env.get(key, value if key in release.redundant_environment else None) != value:
                 missing.append(f"{key}={value} (have {env.get(key, 'unset')})")
         if service.speculative.eagle_topk > params["maxTopk"]:
             missing.append(f"eagleTopk ≤ {params['maxTopk']} (have {service.speculative.eagle_topk})")
@@ -260,7 +115,7 @@ def _vllm_fix_present(params: dict, ctx: Context) -> list[Hit]:
         if service.engine.name is not Engine.VLLM or service.speculative.method.value not in params["methods"]:
             continue
         engine = service.engine
-        if engine.contains(params["pr"]) or version_key(engine.version) >= version_key(params["knownIn"]):
+        if driver_for(engine).contains(engine, params["pr"]):
             continue
         hits.append((index, f"vllm {engine.version}{' + ' + engine.git_ref if engine.git_ref else ''} is not known to "
                             f"contain PR {params['pr']}"))
@@ -268,9 +123,6 @@ def _vllm_fix_present(params: dict, ctx: Context) -> list[Hit]:
 
 
 def _vllm_swa_drafter(params: dict, ctx: Context) -> list[Hit]:
-    from gpuhosts.plans.drafter_config import parse_drafter_config
-    from gpuhosts.plans.inference_service import engine_environment
-
     hits = []
     for index, service in ctx.services:
         drafter = service.speculative.drafter
@@ -284,25 +136,25 @@ def _vllm_swa_drafter(params: dict, ctx: Context) -> list[Hit]:
         if not sliding:
             continue
         engine = service.engine
-        if engine.contains(params["buildPr"]):
+        driver = driver_for(engine)
+        if driver.contains(engine, params["buildPr"]):
             continue
-        has_fixes = all(engine.contains(pr) for pr in params["replacementPrs"]) or \
-            version_key(engine.version) >= version_key(params["knownIn"])
-        env = engine_environment(service)
-        env_ok = all(env.get(k) == v for k, v in params["environment"].items())
+        has_fixes = all(driver.contains(engine, pr) for pr in params["replacementPrs"])
+        release = driver.facts(engine)
+        env = driver.environment(service) | dict(service.environment)
+        env_ok = all(env.get(k, v if k in release.redundant_environment else None) == v
+                     for k, v in params["environment"].items())
         if has_fixes and env_ok:
             continue
         wanted = ", ".join(f"{k}={v}" for k, v in params["environment"].items())
-        why = (f"vllm {engine.version} has neither PR {params['buildPr']} nor PRs "
+        why = (f"vllm {engine.version} has neither PR {params['buildPr']} nor PR "
                f"{' and '.join(map(str, params['replacementPrs']))}") if not has_fixes else \
-            f"vllm {engine.version} has the replacement fixes but runs without {wanted}"
+            f"vllm {engine.version} has the replacement fix but runs without {wanted}"
         hits.append((index, f"drafter {drafter.repo} has sliding-window layers; {why}"))
     return hits
 
 
 def _drafter_target_layer_ids(params: dict, ctx: Context) -> list[Hit]:
-    from gpuhosts.plans.drafter_config import DrafterFacts, check_drafter, parse_drafter_config
-
     hits = []
     for index, service in ctx.services:
         drafter = service.speculative.drafter
@@ -406,7 +258,9 @@ def _training_fix_present(params: dict, training: Any, rules: RuleFile) -> str |
         return None
     package = _package(training, params["package"])
     pr = params["pr"]
-    if package.contains(pr) or version_key(package.version) >= version_key(params["knownIn"]):
+    if package.contains(pr) or pr in engine_facts(params["package"], package.version).contains_prs:
+        return None
+    if "knownIn" in params and version_key(package.version) >= version_key(params["knownIn"]):
         return None
     return f"{params['package']} {package.version}{' + ' + package.git_ref if package.git_ref else ''} is not known " \
            f"to contain PR {pr}"

@@ -217,6 +217,10 @@ class ServiceConfig(_Model):
                                       "--gpu-memory-utilization); default the engine's."
     )
     reasoning_parser: str | None = Field(None, description="Reasoning parser (`qwen3`); default none.")
+    tool_call_parser: str | None = Field(
+        None, pattern=r"^[a-z0-9_]{1,40}$",
+        description="Tool-call parser of the engine (`qwen3_coder` for Qwen3.6; vLLM also gets "
+                    "--enable-auto-tool-choice); default none: tool calls come back as plain text.")
     speculative: SpeculativeSpec = Field(SpeculativeSpec(), description="Speculative decoding. Default none.")
     mamba_scheduler_strategy: str | None = Field(
         None, description="SGLang --mamba-scheduler-strategy; default derived (extra_buffer for speculative decoding on "
@@ -381,7 +385,10 @@ def check_stack_services(services: list[tuple[int, ServiceConfig]], stack: Stack
     `problems`, warnings returned."""
     from gpuhosts.compat import Severity, check_services
 
+    from gpuhosts.locks import service_lock_problems
+
     problems += _service_problems(services, stack, secret_keys)
+    problems += service_lock_problems(services)
     found = []
     for finding in check_services([s for _, s in services], positions=[i for i, _ in services]):
         text = f"{finding.message} — {finding.reason} Fix: {finding.fix} [rule {finding.rule}; {finding.source}]"

@@ -1,14 +1,33 @@
 """A small inference-engine stand-in on 127.0.0.1: /health, /v1/models, /v1/chat/completions (plain and streamed)
-and /metrics with the engines' real metric names, for the deploy gate's tests."""
+and /metrics with the engines' real metric names, for the deploy gate's tests.
+
+Responses take the shape of one engine release, from tests/fixtures/gate/<engine>-<version>.json (built with that
+release's own response classes by tests/fixtures/gate/generate.py): Qwen3.6 thinks first, so the smoke reply
+carries only reasoning and the stream starts with reasoning deltas, in the field that release names."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from copy import deepcopy
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 MODEL = "qwen3.6-27b"
+SHAPES = Path(__file__).resolve().parent / "fixtures" / "gate"
+PINNED = {"sglang": "0.5.11", "vllm": "0.26.0"}
+NOT_REASONING = {"role", "content", "tool_calls"}
+
+
+def release_shapes(kind: str, version: str | None = None) -> dict:
+    return json.loads((SHAPES / f"{kind}-{version or PINNED[kind]}.json").read_text())
+
+
+def reasoning_field(chunk: dict) -> str:
+    """The delta key a fixture's thinking chunk carries its text in."""
+    delta = chunk["choices"][0]["delta"]
+    return next(k for k, v in delta.items() if k not in NOT_REASONING and isinstance(v, str))
 
 VLLM_METRICS = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -61,8 +80,9 @@ class Engine:
     """The engine's behaviour: its kind, health, speed, and what each verify step accepts."""
 
     def __init__(self, kind="vllm", health=200, token_delay=0.0005, tokens=64, accept_rate=0.4,
-                 sglang_length=3.4, sglang_rate=0.8, key=None, speculative_tokens=15):
+                 sglang_length=3.4, sglang_rate=0.8, key=None, speculative_tokens=15, version=None):
         self.kind, self.health, self.token_delay, self.tokens = kind, health, token_delay, tokens
+        self.shapes = release_shapes(kind, version)
         self.accept_rate, self.sglang_length, self.sglang_rate, self.key = accept_rate, sglang_length, sglang_rate, key
         self.k = speculative_tokens
         # Traffic before the gate, with another acceptance, which the gate must not count.
@@ -118,21 +138,23 @@ def handler_for(engine: Engine):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             assert body["model"] == MODEL and body["temperature"] == 0
             if not body.get("stream"):
-                self.send(200, {"object": "chat.completion", "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": "ready"}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14}})
+                self.send(200, engine.shapes["message"])
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
+            stream = engine.shapes["stream"]
+            thinking = stream[1]
+            field = reasoning_field(thinking)
             for i in range(engine.tokens):
                 time.sleep(engine.token_delay)
-                chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": f"t{i} "}}]}
+                chunk = deepcopy(thinking)
+                chunk["choices"][0]["delta"][field] = f"t{i} "
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             engine.decode(engine.tokens)
-            usage = {"object": "chat.completion.chunk", "choices": [],
-                     "usage": {"prompt_tokens": 40, "completion_tokens": engine.tokens, "total_tokens": 40 + engine.tokens}}
+            usage = deepcopy(stream[-1])
+            usage["usage"].update(prompt_tokens=40, completion_tokens=engine.tokens, total_tokens=40 + engine.tokens)
             self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
             self.wfile.flush()
             self.close_connection = True

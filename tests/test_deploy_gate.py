@@ -10,16 +10,12 @@ import sys
 
 import pytest
 
-from gpuhosts.plans.gate_probe import (
-    GateSettings,
-    acceptance,
-    gate_command,
-    gate_settings,
-    metric_samples,
-    render_gate_script,
-    run_gate,
-)
-from engine_standin import MODEL, Engine, start_engine
+from gpuhosts.compat_data import engine_facts
+from gpuhosts.engines import DRIVERS
+from gpuhosts.plans.deploy_gate import gate_command, gate_settings
+from gpuhosts.plans.gate_probe import GateSettings, acceptance, has_text, metric_samples, run_gate
+from gpuhosts.plans.gate_script import render_gate_script
+from engine_standin import MODEL, PINNED, SHAPES, Engine, release_shapes, start_engine
 from services_data import kpro5_services
 
 KEY = "sk-gate-test-7c21"
@@ -40,8 +36,12 @@ def serve():
         server.server_close()
 
 
-def settings(url, engine="vllm", **overrides):
+def settings(url, engine="vllm", version=None, **overrides):
+    """The gate's settings as the engine's driver gives them for that release."""
+    driver = DRIVERS[engine]
     values = dict(base_url=url, model=MODEL, engine=engine, speculative=True, min_acceptance_length=2.5,
+                  reasoning_field=engine_facts(engine, version or PINNED[engine]).reasoning_field,
+                  acceptance_metrics=driver.acceptance_metrics(),
                   min_decode_tokens_per_s=20, max_tokens=64, ready_timeout_s=0.3, poll_interval_s=0.05,
                   request_timeout_s=10)
     values.update(overrides)
@@ -117,8 +117,37 @@ def test_metric_names_through_the_prometheus_parser():
     samples = metric_samples(Engine().metrics())
     assert samples["vllm:spec_decode_num_drafts_total"] == [({"engine": "0", "model_name": MODEL}, 500.0)]
     assert "vllm:time_to_first_token_seconds_bucket" in samples
-    assert acceptance("vllm", Engine().metrics()).rate == pytest.approx(0.8)
-    assert acceptance("sglang", "") == acceptance("vllm", "")
+    vllm, sglang = DRIVERS["vllm"].acceptance_metrics(), DRIVERS["sglang"].acceptance_metrics()
+    assert acceptance(vllm, Engine().metrics()).rate == pytest.approx(0.8)
+    assert acceptance(sglang, "") == acceptance(vllm, "")
+
+
+RELEASES = sorted(path.stem.split("-", 1) for path in SHAPES.glob("*.json"))
+
+
+@pytest.mark.parametrize("engine,version", RELEASES, ids=["-".join(r) for r in RELEASES])
+def test_each_release_shape_counts_thinking_as_text_in_its_own_field(serve, engine, version):
+    """Qwen3.6 thinks first: the smoke reply is all reasoning. The field comes from the compatibility data for that
+    release, and the chunks are the release's own response classes (tests/fixtures/gate/generate.py)."""
+    shapes = release_shapes(engine, version)
+    field = engine_facts(engine, version).reasoning_field
+    message = shapes["message"]["choices"][0]["message"]
+    assert message["content"] is None and has_text(message, field)
+    result = run_gate(settings(serve(Engine(kind=engine, version=version)), engine=engine, version=version,
+                               min_acceptance_length=1.0))
+    assert result.smoke_ok and result.decode_tokens_per_s is not None, result.failures
+
+
+@pytest.mark.parametrize("engine,version", RELEASES, ids=["-".join(r) for r in RELEASES])
+def test_reading_the_other_engines_field_sees_no_text(serve, engine, version):
+    """The defect this guards: a gate reading `reasoning_content` from vLLM (or `reasoning` from SGLang) sees an
+    empty reply and a stream without tokens."""
+    other = {"vllm": "sglang", "sglang": "vllm"}[engine]
+    wrong = engine_facts(other, PINNED[other]).reasoning_field
+    result = run_gate(settings(serve(Engine(kind=engine, version=version)), engine=engine, version=version,
+                               reasoning_field=wrong))
+    assert not result.smoke_ok and "the smoke request returned no text" in result.failures
+    assert result.decode_tokens_per_s is None
 
 
 def test_gate_settings_of_the_kpro5_services_carry_no_secret():
@@ -126,7 +155,10 @@ def test_gate_settings_of_the_kpro5_services_carry_no_secret():
     assert gate_settings(sglang) | {"min_acceptance_rate": None} == {
         "base_url": "http://127.0.0.1:30000", "model": MODEL, "engine": "sglang", "speculative": True,
         "min_acceptance_length": 2.0, "min_acceptance_rate": None, "min_decode_tokens_per_s": 20.0, "max_tokens": 256,
-        "ready_timeout_s": 1800}
+        "ready_timeout_s": 1800, "reasoning_field": "reasoning_content",
+        "acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length",
+                               "rate": "sglang:spec_accept_rate"}}
+    assert gate_settings(vllm)["reasoning_field"] == "reasoning"
     command = gate_command(vllm)
     assert command[-2:] == ["/etc/gpuhosts/qwen-vllm-dflash.env", "VLLM_API_KEY"]
     assert "api_key" not in command[2]
@@ -142,7 +174,8 @@ def test_rendered_gate_script_runs_in_the_container_shape(serve, tmp_path):
     url = serve(Engine(key=KEY))
     settings_json = json.dumps({"base_url": url, "model": MODEL, "engine": "vllm", "speculative": True,
                                 "min_acceptance_length": 2.5, "min_decode_tokens_per_s": 20, "max_tokens": 64,
-                                "ready_timeout_s": 5})
+                                "ready_timeout_s": 5, "reasoning_field": "reasoning",
+                                "acceptance_metrics": DRIVERS["vllm"].acceptance_metrics()})
     ok = subprocess.run([sys.executable, str(script), settings_json, str(env_file), "VLLM_API_KEY"],
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -7,14 +7,46 @@ deployment below the service's `gate:` thresholds. Its measurements become the s
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from gpuhosts.plans.gate_probe import GATE_SCRIPT, gate_settings
+from gpuhosts.engines import driver_for
+from gpuhosts.facts import render_probe
+from gpuhosts.plans.gate_script import GATE_SCRIPT
 from gpuhosts.plans.inference_service import environment_file, secret_variable, venv_path
 from gpuhosts.plans.python_env import in_container
-from gpuhosts.facts import render_probe
 from gpuhosts.render import render
 from gpuhosts.services import ServiceConfig
 from gpuhosts.units import Unit
+
+
+def gate_settings(service: ServiceConfig) -> dict[str, Any]:
+    """The gate's settings of a service and what its engine's driver says the gate reads (`reasoning_field`,
+    `acceptance_metrics`), as JSON-able data (no secret: the key is read on the host)."""
+    engine = driver_for(service.engine).gate(service)
+    host = "127.0.0.1" if service.bind in ("0.0.0.0", "::") else service.bind
+    gate = service.gate
+    return {
+        "reasoning_field": engine["reasoning_field"],
+        "acceptance_metrics": engine["acceptance"],
+        "base_url": f"http://{host}:{service.port}",
+        "model": service.model_name,
+        "engine": service.engine.name.value,
+        "speculative": service.speculative.method.value != "none",
+        "min_acceptance_length": gate.min_acceptance_length,
+        "min_acceptance_rate": gate.min_acceptance_rate,
+        "min_decode_tokens_per_s": gate.min_decode_tokens_per_s,
+        "max_tokens": gate.max_tokens,
+        "ready_timeout_s": gate.ready_timeout_s,
+    }
+
+
+def gate_command(service: ServiceConfig) -> list[str]:
+    """How the host runs the gate of one service (inside its container): no secret in it."""
+    command = [f"{venv_path(service)}/bin/python", GATE_SCRIPT, json.dumps(gate_settings(service), sort_keys=True)]
+    env_file = environment_file(service)
+    if env_file:
+        command += [env_file, secret_variable(service)]
+    return command
 
 
 def plan_deploy_gate(service: ServiceConfig, service_step: Unit) -> Unit:

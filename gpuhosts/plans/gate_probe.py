@@ -2,9 +2,11 @@
 
 The gate waits for `/health`, checks that `/v1/models` lists the served model, sends a smoke request, times a
 fixed streamed request for decode tokens/s, and reads the engine's Prometheus metrics for the acceptance of draft
-tokens: SGLang's gauges `sglang:spec_accept_length` / `sglang:spec_accept_rate`, or vLLM's counters
-`vllm:spec_decode_num_drafts_total`, `…num_draft_tokens_total`, `…num_accepted_tokens_total` (taken before and
-after the timed request, so earlier traffic does not count). Thresholds come from the service's `gate:` settings.
+tokens. What differs between engines and releases comes in the settings, from the engine's driver
+(gpuhosts/engines/): the response field that carries thinking text (`reasoning_content` in SGLang, `reasoning` in
+vLLM 0.26.0 and later; Qwen3.6 thinks first, so a short answer can be all reasoning), and the acceptance metrics —
+gauges of length and rate (SGLang), or counters of drafts, draft tokens and accepted tokens (vLLM), taken before
+and after the timed request so earlier traffic does not count. Thresholds come from the service's `gate:` settings.
 
 This module runs in two places: imported by gpuhosts (tests, rendering) and, verbatim, as the gate script inside
 the container (templates/gate_probe/gate.py.j2); gpuhosts/plans/deploy_gate.py runs it, with the engine's own Python. So it needs only the standard
@@ -22,11 +24,6 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
-SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DEFAULT_MIN_ACCEPTANCE_LENGTH = 1.5
 DEFAULT_MIN_ACCEPTANCE_RATE = 0.1
 SMOKE_PROMPT = "Reply with the single word: ready"
@@ -39,8 +36,10 @@ TIMED_PROMPT = ("Write a Python function that returns the first n prime numbers,
 class GateSettings:
     base_url: str
     model: str
-    engine: str  # sglang | vllm
+    engine: str  # sglang | vllm, for the report
     speculative: bool
+    reasoning_field: str
+    acceptance_metrics: dict[str, str]
     min_acceptance_length: float | None = None
     min_acceptance_rate: float | None = None
     min_decode_tokens_per_s: float = 10.0
@@ -106,25 +105,29 @@ class Acceptance:
     rate: float | None
 
 
-def acceptance(engine: str, after: str, before: str | None = None) -> Acceptance:
-    """Mean acceptance length (tokens per verify step) and draft-token acceptance rate.
-
-    SGLang reports both as gauges (averaged over its ranks). vLLM counts drafts, draft tokens and accepted tokens:
-    rate = accepted / draft tokens, length = 1 + accepted / drafts, over the difference `after - before`.
+def acceptance(metrics: dict[str, str], after: str, before: str | None = None) -> Acceptance:
+    """Mean acceptance length (tokens per verify step) and draft-token acceptance rate, from the metrics the
+    engine's driver names: `gauges` of length and rate (averaged over ranks), or `counters` of drafts, draft tokens
+    and accepted tokens, where rate = accepted / draft tokens and length = 1 + accepted / drafts over `after - before`.
     """
     now = metric_samples(after)
-    if engine == "sglang":
-        return Acceptance(length=_mean(now, SGLANG_ACCEPT_LENGTH), rate=_mean(now, SGLANG_ACCEPT_RATE))
+    if metrics["kind"] == "gauges":
+        return Acceptance(length=_mean(now, metrics["length"]), rate=_mean(now, metrics["rate"]))
     earlier = metric_samples(before) if before is not None else {}
 
     def delta(name: str) -> float | None:
         value = _sum(now, name)
         return None if value is None else value - (_sum(earlier, name) or 0.0)
 
-    drafts, draft_tokens, accepted = delta(VLLM_DRAFTS), delta(VLLM_DRAFT_TOKENS), delta(VLLM_ACCEPTED)
+    drafts, draft_tokens, accepted = (delta(metrics[k]) for k in ("drafts", "draft_tokens", "accepted"))
     rate = accepted / draft_tokens if accepted is not None and draft_tokens else None
     length = 1 + accepted / drafts if accepted is not None and drafts else None
     return Acceptance(length=length, rate=rate)
+
+
+def has_text(part: dict, reasoning_field: str) -> bool:
+    """A message or stream delta carries text: its answer, or its thinking in the engine's reasoning field."""
+    return bool((part.get("content") or part.get(reasoning_field) or "").strip())
 
 
 # --- HTTP ----------------------------------------------------------------------------------------------------
@@ -183,7 +186,7 @@ def timed_decode(settings: GateSettings, clock=time.perf_counter) -> tuple[float
                 usage_tokens = event["usage"].get("completion_tokens")
             for choice in event.get("choices") or []:
                 delta = choice.get("delta") or {}
-                if delta.get("content") or delta.get("reasoning_content"):
+                if has_text(delta, settings.reasoning_field):
                     now = clock()
                     first = now if first is None else first
                     last = now
@@ -210,7 +213,7 @@ def run_gate(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> 
             result.failures.append(f"/v1/models lists {listed}, not {settings.model!r}")
         with _request(settings, "/v1/chat/completions", _chat_body(settings, SMOKE_PROMPT, 16, False)) as response:
             message = (json.load(response).get("choices") or [{}])[0].get("message") or {}
-        result.smoke_ok = bool((message.get("content") or message.get("reasoning_content") or "").strip())
+        result.smoke_ok = has_text(message, settings.reasoning_field)
         if not result.smoke_ok:
             result.failures.append("the smoke request returned no text")
         before = _metrics(settings)
@@ -220,7 +223,7 @@ def run_gate(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> 
         result.failures.append(f"engine stopped answering: {getattr(error, 'reason', error)}")
         return result
     if settings.speculative:
-        measured = acceptance(settings.engine, after, before)
+        measured = acceptance(settings.acceptance_metrics, after, before)
         result.acceptance_length, result.acceptance_rate = measured.length, measured.rate
     result.failures += decide(settings, result)
     result.passed = not result.failures
@@ -253,25 +256,6 @@ def decide(settings: GateSettings, result: GateResult) -> list[str]:
     return failures
 
 
-# --- gpuhosts side -------------------------------------------------------------------------------------------
-
-def gate_settings(service: Any) -> dict[str, Any]:
-    """The gate's settings of a gpuhosts ServiceConfig, as JSON-able data (no secret: the key is read on the host)."""
-    host = "127.0.0.1" if service.bind in ("0.0.0.0", "::") else service.bind
-    gate = service.gate
-    return {
-        "base_url": f"http://{host}:{service.port}",
-        "model": service.model_name,
-        "engine": service.engine.name.value,
-        "speculative": service.speculative.method.value != "none",
-        "min_acceptance_length": gate.min_acceptance_length,
-        "min_acceptance_rate": gate.min_acceptance_rate,
-        "min_decode_tokens_per_s": gate.min_decode_tokens_per_s,
-        "max_tokens": gate.max_tokens,
-        "ready_timeout_s": gate.ready_timeout_s,
-    }
-
-
 def read_key(env_file: str | None, variable: str) -> str | None:
     """The API key from the service's EnvironmentFile (KEY=VALUE lines), if it has one."""
     if not env_file:
@@ -295,28 +279,3 @@ def main(settings_json: str, env_file: str | None, key_variable: str) -> int:
         print(f"deploy gate: failed: {failure}")
     print("deploy gate: " + ("passed" if result.passed else "FAILED"))
     return 0 if result.passed else 1
-
-
-GATE_SCRIPT = "/usr/local/lib/gpuhosts/deploy-gate.py"
-
-
-def render_gate_script() -> Any:
-    """The gate script the containers receive: this module's own source (see the module docstring)."""
-    from pathlib import Path
-
-    from gpuhosts.render import HostFile, render
-
-    return HostFile(GATE_SCRIPT, render("gate_probe/gate.py.j2", path=GATE_SCRIPT,
-                                        source=Path(__file__).read_text().rstrip("\n")), "0755")
-
-
-def gate_command(service: Any) -> list[str]:
-    """How the host runs the gate of one service (inside its container): no secret in it."""
-    from gpuhosts.plans.inference_service import environment_file, secret_variable, venv_path
-
-    command = [f"{venv_path(service)}/bin/python", GATE_SCRIPT, json.dumps(gate_settings(service), sort_keys=True)]
-    env_file = environment_file(service)
-    if env_file:
-        command += [env_file, secret_variable(service)]
-    return command
-

@@ -8,24 +8,22 @@ takes the key (see templates/inference_service/sglang-serve.py.j2).
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass
 
-from gpuhosts.compat import ModelFacts, model_facts
 from gpuhosts.config import StackConfig
+from gpuhosts.engines import driver_for
+from gpuhosts.engines.sglang import LAUNCHER as SGLANG_LAUNCHER_PATH
 from gpuhosts.facts import Fact, desired, files_facts, systemd_fact
+from gpuhosts.plans.gate_script import render_gate_script
+from gpuhosts.plans.paths import SERVICE_ROOT
+from gpuhosts.plans.python_env import in_container, probe_in
 from gpuhosts.render import HostFile, render, systemd_command, systemd_value
 from gpuhosts.units import Unit
-from gpuhosts.services import Engine, ServiceConfig, SpecMethod
+from gpuhosts.services import ServiceConfig
 
-SERVICE_ROOT = "/opt/gpuhosts"
 ENV_DIR = "/etc/gpuhosts"
-SGLANG_LAUNCHER = "/usr/local/lib/gpuhosts/sglang-serve.py"
-SGLANG_KEY_VARIABLE = "GPUHOSTS_API_KEY"
-VLLM_KEY_VARIABLE = "VLLM_API_KEY"
-MAMBA_EXTRA_BUFFER = "extra_buffer"
-DFLASH_ATTENTION_BACKEND = "flash_attn"
+SGLANG_LAUNCHER = SGLANG_LAUNCHER_PATH
 
 
 def venv_path(service: ServiceConfig) -> str:
@@ -38,85 +36,23 @@ def environment_file(service: ServiceConfig) -> str | None:
 
 def secret_variable(service: ServiceConfig) -> str:
     """The variable the EnvironmentFile sets to the API key."""
-    return VLLM_KEY_VARIABLE if service.engine.name is Engine.VLLM else SGLANG_KEY_VARIABLE
-
-
-def _num(value: float) -> str:
-    return format(value, "g")
-
-
-def _speculative_args(service: ServiceConfig, facts: ModelFacts) -> list[str]:
-    spec = service.speculative
-    drafter = spec.drafter
-    if spec.method is SpecMethod.NONE:
-        return []
-    if service.engine.name is Engine.SGLANG:
-        if spec.method is SpecMethod.DFLASH:
-            raise ValueError(f"service {service.name}: dflash is served with engine vllm")
-        args = ["--speculative-algorithm", "NEXTN" if spec.method is SpecMethod.MTP else "EAGLE3"]
-        if drafter is not None:
-            args += ["--speculative-draft-model-path", drafter.path]
-        args += ["--speculative-num-steps", str(spec.num_steps), "--speculative-eagle-topk", str(spec.eagle_topk),
-                 "--speculative-num-draft-tokens", str(spec.num_draft_tokens)]
-        strategy = service.mamba_scheduler_strategy or (MAMBA_EXTRA_BUFFER if facts.gdn_hybrid else None)
-        if strategy:
-            args += ["--mamba-scheduler-strategy", strategy]
-        return args
-    if spec.method is SpecMethod.DFLASH:
-        config = {"method": "dflash", "model": drafter.path, "num_speculative_tokens": spec.num_speculative_tokens}
-    elif spec.method is SpecMethod.EAGLE3:
-        config = {"method": "eagle3", "model": drafter.path, "num_speculative_tokens": spec.num_steps}
-    else:
-        config = {"method": "mtp", "num_speculative_tokens": spec.num_steps}
-    args = ["--speculative-config", json.dumps(config, separators=(",", ":"))]
-    if spec.method is SpecMethod.DFLASH:
-        args += ["--attention-backend", DFLASH_ATTENTION_BACKEND]
-    return args
+    return driver_for(service.engine).key_variable
 
 
 def engine_args(service: ServiceConfig) -> list[str]:
     """The engine's full command line, executable first; derived, then extraArgs."""
-    facts = model_facts(service.model.repo)
-    if service.engine.name is Engine.SGLANG:
-        argv = [f"{venv_path(service)}/bin/python", SGLANG_LAUNCHER,
-                "--model-path", service.model.path, "--served-model-name", service.model_name,
-                "--host", service.bind, "--port", str(service.port), "--tp-size", str(service.tensor_parallel_size)]
-        if service.context_length:
-            argv += ["--context-length", str(service.context_length)]
-        if service.mem_fraction:
-            argv += ["--mem-fraction-static", _num(service.mem_fraction)]
-        if service.reasoning_parser:
-            argv += ["--reasoning-parser", service.reasoning_parser]
-        argv += ["--enable-metrics"]
-    else:
-        argv = [f"{venv_path(service)}/bin/vllm", "serve", service.model.path, "--served-model-name", service.model_name,
-                "--host", service.bind, "--port", str(service.port),
-                "--tensor-parallel-size", str(service.tensor_parallel_size)]
-        if service.context_length:
-            argv += ["--max-model-len", str(service.context_length)]
-        if service.mem_fraction:
-            argv += ["--gpu-memory-utilization", _num(service.mem_fraction)]
-        if service.reasoning_parser:
-            argv += ["--reasoning-parser", service.reasoning_parser]
-    return argv + _speculative_args(service, facts) + list(service.extra_args)
+    return driver_for(service.engine).argv(service, venv_path(service))
 
 
 def engine_environment(service: ServiceConfig, stack: StackConfig | None = None) -> dict[str, str]:
-    """The engine's environment (no secret): GPU selection, derived switches, then the configured environment."""
+    """The engine's environment (no secret): GPU selection, the switches its release needs, then the configured
+    environment."""
     env: dict[str, str] = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "HF_HUB_OFFLINE": "1"}
     if stack is not None:
         # Inside the container the nvidia devices count in PCI bus order over the container's own GPUs.
         owned = [g.address for g in stack.container_gpus(service.container)]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(owned.index(a)) for a in service.gpus if a in owned)
-    facts = model_facts(service.model.repo)
-    spec = service.speculative
-    if service.engine.name is Engine.SGLANG and spec.method is not SpecMethod.NONE and facts.gdn_hybrid:
-        env["SGLANG_ENABLE_SPEC_V2"] = "1"
-    if service.engine.name is Engine.VLLM and spec.drafter is not None and not service.engine.contains(40898):
-        drafter_facts = model_facts(spec.drafter.repo)
-        sliding = spec.drafter.sliding_window if spec.drafter.sliding_window is not None else drafter_facts.sliding_window
-        if sliding:
-            env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    env.update(driver_for(service.engine).environment(service))
     env.update(service.environment)
     return dict(sorted(env.items()))
 
@@ -147,9 +83,10 @@ def render_service(service: ServiceConfig, stack: StackConfig | None = None) -> 
                   workdir=f"{SERVICE_ROOT}/{service.name}",
                   environment=environment, environment_file=environment_file(service), argv=argv)
     launcher = None
-    if service.engine.name is Engine.SGLANG:
-        launcher = HostFile(SGLANG_LAUNCHER, render("inference_service/sglang-serve.py.j2",
-                                                    key_variable=SGLANG_KEY_VARIABLE), "0755")
+    driver = driver_for(service.engine)
+    if driver.launcher() is not None:
+        path, template = driver.launcher()
+        launcher = HostFile(path, render(template, key_variable=driver.key_variable), "0755")
     return ServiceFiles(unit=HostFile(f"/etc/systemd/system/{service.unit_name}", unit), launcher=launcher,
                         argv=tuple(argv), environment=environment)
 
@@ -160,9 +97,6 @@ def service_key(service: ServiceConfig) -> str:
 
 def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tuple[str, ...]) -> Unit:
     """Install the unit (and launcher, gate script, key file) in the container; start, restart or stop it."""
-    from gpuhosts.plans.gate_probe import render_gate_script
-    from gpuhosts.plans.python_env import in_container, probe_in
-
     files = render_service(service, stack)
     gate_script = render_gate_script()
     installed = [files.unit] + ([files.launcher] if files.launcher else []) + [gate_script]

@@ -1,7 +1,12 @@
 """The pure plan of a Proxmox VE host as a unit graph, and its summary; components/proxmox_host.py materialises it."""
 
 from __future__ import annotations
+from gpuhosts.compat_data import model_facts
 from gpuhosts.plans.container_services import plan_container_services
+from gpuhosts.plans.deploy_gate import gate_settings
+from gpuhosts.plans.drafter_config import target_layer_ids
+from gpuhosts.plans.inference_service import engine_args, engine_environment, environment_file, venv_path
+from gpuhosts.plans.python_env import requirement
 from gpuhosts.plans.container_userspace import plan_container_userspace
 from gpuhosts.plans.host_reboot import plan_host_reboot
 from gpuhosts.plans.lxc_gpu_passthrough import UVM_AT_BOOT, devices_key, plan_container_devices, plan_uvm_at_boot
@@ -67,12 +72,6 @@ def summarize_host(config: StackConfig) -> dict:
 
 def summarize_service(service, config: StackConfig) -> dict:
     """A service as a reviewer checks it: the derived command line and environment, not the settings."""
-    from gpuhosts.plans.drafter_config import target_layer_ids
-    from gpuhosts.plans.inference_service import engine_args, engine_environment, environment_file, venv_path
-    from gpuhosts.plans.gate_probe import gate_settings
-    from gpuhosts.plans.python_env import requirement
-    from gpuhosts.compat import model_facts
-
     drafter = service.speculative.drafter
     summary = {
         "enabled": service.enabled,

@@ -1,0 +1,169 @@
+"""The compatibility data (gpuhosts/compat-rules.yaml) as typed rows: known models, engine releases by version
+range, and the rule rows that gpuhosts.compat checks. Pure data access; nothing here renders or checks a stack."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+RULES_FILE = Path(__file__).resolve().parent / "compat-rules.yaml"
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class Rule(_Row):
+    """A row of `rules` (checks over services); `TrainingRule` rows check a training node's settings."""
+
+    id: str
+    severity: Severity
+    check: str
+    params: dict[str, Any] = {}
+    field: str
+    reason: str
+    fix: str
+    source: str
+
+
+class ModelRow(_Row):
+    repo: str
+    size_gb: float | None = None
+    family: str | None = None
+    gdn_hybrid: bool | None = None
+    num_layers: int | None = None
+    sliding_window: bool | None = None
+
+
+class TrainingRule(Rule):
+    """A row of `trainingRules`: a check over a training node's settings."""
+
+
+class EngineRow(_Row):
+    """Facts of the releases of one package in a version range; see the `engines` section of compat-rules.yaml."""
+
+    package: str
+    versions: str
+    lock_constraints: tuple[str, ...] = ()
+    flag_renames: dict[str, str] = {}
+    redundant_environment: tuple[str, ...] = ()
+    reasoning_field: str | None = None
+    contains_prs: tuple[int, ...] = ()
+    reason: str | None = None
+    source: str
+
+    @field_validator("versions")
+    @classmethod
+    def _specifier(cls, value: str) -> str:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise ValueError(f"{value!r} is not a PEP 440 version range such as \">=0.5.23\"") from None
+        return value
+
+    def holds(self, version: str) -> bool:
+        return SpecifierSet(self.versions).contains(Version(version), prereleases=True)
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the matching `engines` rows say about one release (later rows win per field)."""
+
+    package: str
+    version: str
+    lock_constraints: tuple[str, ...] = ()
+    flag_renames: tuple[tuple[str, str], ...] = ()
+    redundant_environment: frozenset[str] = frozenset()
+    reasoning_field: str | None = None
+    contains_prs: frozenset[int] = frozenset()
+    sources: tuple[str, ...] = ()
+
+    def flag(self, name: str) -> str:
+        return dict(self.flag_renames).get(name, name)
+
+
+class RuleFile(_Row):
+    models: tuple[ModelRow, ...] = ()
+    engines: tuple[EngineRow, ...] = ()
+    newest: dict[str, str] = {}
+    rules: tuple[Rule, ...]
+    training_rules: tuple[TrainingRule, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    family: str | None = None
+    gdn_hybrid: bool = False
+    num_layers: int | None = None
+    sliding_window: bool | None = None
+    size_gb: float | None = None
+
+
+@lru_cache(maxsize=4)
+def load_rule_file(path: Path = RULES_FILE) -> RuleFile:
+    try:
+        return RuleFile.model_validate(yaml.safe_load(path.read_text()))
+    except ValidationError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def model_facts(repo: str, rules: RuleFile | None = None) -> ModelFacts:
+    """Facts of a model repository, from every matching row of the known-models table (later rows win)."""
+    merged: dict[str, Any] = {}
+    for row in (rules or load_rule_file()).models:
+        if fnmatch.fnmatchcase(repo, row.repo):
+            merged.update({k: v for k, v in row.model_dump(exclude={"repo"}).items() if v is not None})
+    return ModelFacts(family=merged.get("family"), gdn_hybrid=bool(merged.get("gdn_hybrid")),
+                      num_layers=merged.get("num_layers"), sliding_window=merged.get("sliding_window"),
+                      size_gb=merged.get("size_gb"))
+
+
+def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> EngineFacts:
+    """Every `engines` row of `package` whose range holds `version`, merged in file order."""
+    constraints: list[str] = []
+    renames: dict[str, str] = {}
+    redundant: set[str] = set()
+    prs: set[int] = set()
+    reasoning = None
+    sources = []
+    for row in (rules or load_rule_file()).engines:
+        if row.package != package or not row.holds(version):
+            continue
+        constraints += row.lock_constraints
+        renames.update(row.flag_renames)
+        redundant.update(row.redundant_environment)
+        prs.update(row.contains_prs)
+        reasoning = row.reasoning_field or reasoning
+        sources.append(" ".join(row.source.split()))
+    return EngineFacts(package=package, version=version, lock_constraints=tuple(constraints),
+                       flag_renames=tuple(sorted(renames.items())), redundant_environment=frozenset(redundant),
+                       reasoning_field=reasoning, contains_prs=frozenset(prs), sources=tuple(sources))
+
+
+def version_key(text: str) -> tuple:
+    """Order PEP 440 releases of the shape the config accepts: 0.5.10 < 0.5.10.post1 < 0.5.11rc1 < 0.5.11."""
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+)|\.post(\d+)|\.dev(\d+))?$", text)
+    if not match:
+        raise ValueError(f"{text!r} is not a release")
+    release = tuple(int(match[i]) for i in (1, 2, 3))
+    if match[7] is not None:
+        return release + (-2, int(match[7]))
+    if match[4] is not None:
+        return release + (-1, {"a": 0, "b": 1, "rc": 2}[match[4]] * 10_000 + int(match[5]))
+    return release + (0, int(match[6] or 0))
