@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from gpuhosts.compat_data import model_facts
 from gpuhosts.fields import (
     DNS_NAME,
     USER_NAME,
@@ -265,8 +266,6 @@ class StackConfig(_Model):
                          f"{self.nvidia.run_file} before `pulumi up`, or the driver unit refuses the download")
         if self.nvidia is not None and self.nvidia.url and placeholder_url(self.nvidia.url):
             found.append(f"{NAMESPACE}:nvidia.url points at a placeholder host ({self.nvidia.url})")
-        from gpuhosts.compat import model_facts
-
         for index, service in enumerate(self.services):
             for field, spec in (("model", service.model), ("speculative.drafter", service.speculative.drafter)):
                 if spec is not None and spec.num_layers is None and model_facts(spec.repo).num_layers is None:
