@@ -51,7 +51,8 @@ def test_golden_files():
 def test_sglang_mtp_flags_are_derived():
     sglang, _ = kpro5_services()
     argv = " ".join(engine_args(sglang))
-    assert ("--tp-size 2 --context-length 131072 --mem-fraction-static 0.8 --reasoning-parser qwen3 --enable-metrics "
+    assert ("--tp-size 2 --context-length 131072 --mem-fraction-static 0.8 --reasoning-parser qwen3 "
+            "--tool-call-parser qwen3_coder --enable-metrics "
             "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
             "--speculative-num-draft-tokens 4 --mamba-scheduler-strategy extra_buffer") in argv
     assert "--host 0.0.0.0 --port 30000" in argv

@@ -73,11 +73,14 @@ def test_kpro5_summary_shows_both_services_with_derived_flags(tmp_path):
     flags = " ".join(sglang["argv"])
     assert ("--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
             "--speculative-num-draft-tokens 4 --mamba-scheduler-strategy extra_buffer") in flags
-    assert sglang["environment"]["SGLANG_ENABLE_SPEC_V2"] == "1"
+    # 0.5.11 defaults to the v2 speculative path; its variable is left out (compat-rules.yaml, engines rows).
+    assert "SGLANG_ENABLE_SPEC_V2" not in sglang["environment"]
+    assert sglang["gate"]["reasoning_field"] == "reasoning_content"
     assert sglang["gate"]["min_acceptance_length"] == 2.0 and sglang["gate"]["min_decode_tokens_per_s"] == 20
     assert (vllm["enabled"], vllm["listen"], vllm["gate"]) == (False, "0.0.0.0:8000", None)
     assert vllm["drafterTargetLayerIds"] == [1, 16, 31, 46, 61]
-    assert vllm["environment"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in vllm["environment"]
+    assert "--enable-auto-tool-choice --tool-call-parser qwen3_coder" in " ".join(vllm["argv"])
     assert '"method":"dflash"' in " ".join(vllm["argv"])
     assert "gated: gpuhosts:hfToken" in vllm["weights"]["/srv/models/Qwen3.6-27B-DFlash"]
     # Secrets set only with the CLI are named, stood in for, and announced.

@@ -24,7 +24,7 @@ PYTHONS = {"3": SYSTEM_PYTHON, "3.11": SYSTEM_PYTHON, "3.12": "3.12.11", "3.13":
 VENV_SEED = {"pip": "23.0.1", "setuptools": "66.1.1"}  # what Debian 12's ensurepip puts into a venv
 UV_SEED = {"pip": "25.2"}
 ENGINE_DEPS = {"huggingface-hub": "0.36.0", "prometheus-client": "0.23.1"}
-ENTRY_POINTS = {"uv": "uv", "huggingface-hub": "hf", "vllm": "vllm", "torch": "torchrun"}
+ENTRY_POINTS = {"uv": "uv", "huggingface-hub": "hf", "vllm": "vllm", "torch": "torchrun", "speculators": "speculators"}
 # speculators trains with torch (torchrun) and downloads with huggingface_hub, like the engines.
 TRAINER_DEPS = {"torch": "2.9.0"}
 # options of pip / uv pip that take a value: their value is no requirement
@@ -148,6 +148,12 @@ def cmd_venv_python(argv):
         return cmd_uv(argv[2:], venv)
     if argv[:1] == ["-m"] and argv[1:2] and argv[1] in ("pip", "uv"):
         raise Fail(f"{unprefix(str(venv))}/bin/python: No module named {argv[1]}", 1)
+    if argv[:1] == ["-c"] and argv[1:2] and "from speculators.convert import convert_model" in argv[1]:
+        if "speculators" not in packages(venv):
+            raise Fail("ModuleNotFoundError: No module named 'speculators'", 1)
+        # `python -c CODE MODEL VERIFIER ALGORITHM OUTPUT` (gpuhosts' call of convert_model for speculators 0.7.x)
+        model, verifier, algorithm, output = argv[2:6]
+        return convert_model(model, verifier, algorithm, output)
     exec_real(argv)
 
 
@@ -375,4 +381,63 @@ def cmd_torchrun(argv):
     with log.open("a") as handle:
         handle.write(" ".join(argv) + "\n")
     print("torchrun (fakehost): launch recorded")
+    return 0
+
+
+# ---- speculators ------------------------------------------------------------------------------------------
+
+def cmd_speculators(argv):
+    """`speculators convert MODEL --verifier V --algorithm A [--output-path OUT]` (speculators 0.9.0
+    src/speculators/cli/convert.py convert: --verifier and --algorithm required, --output-path default
+    "converted"; algorithms eagle3, mtp, dflash)."""
+    if argv[:1] != ["convert"]:
+        raise Fail(f"fakehost: `speculators {' '.join(argv[:1])}` is not simulated", 2)
+    opts, words = {}, []
+    it = iter(argv[1:])
+    for a in it:
+        if a in ("--verifier", "--algorithm", "--output-path", "--validate-device", "--algorithm-kwargs"):
+            opts[a] = next(it, "")
+        else:
+            words.append(a)
+    if len(words) != 1 or "--verifier" not in opts or "--algorithm" not in opts:
+        raise Fail("Usage: speculators convert [OPTIONS] MODEL\nError: Missing option '--verifier' or '--algorithm'.", 2)
+    if opts["--algorithm"] not in ("eagle3", "mtp", "dflash"):
+        raise Fail(f"Error: Invalid value for '--algorithm': {opts['--algorithm']!r} is not one of 'eagle3', 'mtp', "
+                   "'dflash'.", 2)
+    return convert_model(words[0], opts["--verifier"], opts["--algorithm"], opts.get("--output-path", "converted"))
+
+
+def convert_model(model: str, verifier: str, algorithm: str, output: str) -> int:
+    """speculators' DFlash conversion of a local z-lab checkpoint (speculators v0.7.0
+    src/speculators/convert/dflash/converter.py DFlashConverter.convert/_build_config): the config's keys other
+    than architectures, auto_map, block_size, dflash_config and num_target_layers become transformer_layer_config
+    (layer_types and sliding_window kept), aux_hidden_state_layer_ids = target_layer_ids + 1, mask_token_id from
+    dflash_config; the weights are saved beside it (here: copied, as the stand-in has no torch)."""
+    if algorithm != "dflash":
+        raise Fail(f"fakehost: only dflash conversion is simulated, not {algorithm}", 2)
+    source, target = host_path(model), host_path(output)
+    config = json.loads((source / "config.json").read_text())
+    if not (host_path(verifier) / "config.json").is_file():
+        raise Fail(f"OSError: {verifier} does not appear to have a file named config.json", 1)
+    dflash = config.get("dflash_config") or {}
+    block_size = config.get("block_size") or dflash.get("block_size")
+    if block_size is None:
+        raise Fail("ValueError: Checkpoint config has no `block_size` (checked both top-level and `dflash_config`)", 1)
+    ids = dflash.get("target_layer_ids")
+    if ids is None:
+        raise Fail("ValueError: Checkpoint config has no `dflash_config.target_layer_ids`; pass "
+                   "`aux_hidden_state_layer_ids` explicitly.", 1)
+    skip = {"architectures", "auto_map", "block_size", "dflash_config", "num_target_layers"}
+    converted = {
+        "architectures": ["DFlashDraftModel"], "speculators_model_type": "dflash", "block_size": block_size,
+        "aux_hidden_state_layer_ids": [i + 1 for i in ids], "mask_token_id": dflash.get("mask_token_id"),
+        "draft_vocab_size": config.get("vocab_size"),
+        "transformer_layer_config": {k: v for k, v in config.items() if k not in skip},
+        "speculators_config": {"algorithm": "dflash", "verifier": {"name_or_path": verifier}},
+    }
+    target.mkdir(parents=True, exist_ok=True)
+    put(target / "config.json", json.dumps(converted, indent=2) + "\n")
+    for weights in sorted(source.glob("*.safetensors")):
+        put(target / weights.name, weights.read_bytes())
+    print(f"Saved to: {output}")
     return 0
