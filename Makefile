@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: plan test bench golden system-deps clean lifecycle
+.PHONY: plan test bench golden system-deps clean lifecycle locks verify-engines
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -38,6 +38,18 @@ golden: $(VENV)/.synced
 # Lifecycle, faults, renames, drift, refresh and parallelism on the simulated hosts over SSH; prints the figures.
 lifecycle: $(VENV)/.synced system-deps
 	PYTHONPATH=tests:. $(VENV)/bin/python tests/lifecycle_figures.py
+
+# The locked closure (with hashes) of every environment the committed stacks install, and of the newest releases
+# in gpuhosts/compat-rules.yaml, into locks/ (gpuhosts/locks.py); needs PyPI. Commit the result.
+locks: $(VENV)/.synced
+	$(VENV)/bin/python -m gpuhosts.locks --uv $(UV)
+
+# Installs each locked engine environment into build/engines/ with a Python 3.12 (VERIFY_PYTHON) and feeds the
+# rendered command lines to the engines' own parsers; rewrites tests/fixtures/engines/. Heavy: not part of `test`.
+VERIFY_PYTHON ?= $(shell for p in $$(command -v python3.12) $$HOME/.pyenv/versions/3.12*/bin/python3.12; do "$$p" -c '' 2>/dev/null && echo "$$p" && break; done)
+verify-engines: $(VENV)/.synced
+	@test -n "$(VERIFY_PYTHON)" || { echo "verify-engines needs Python 3.12: set VERIFY_PYTHON=/path/to/python3.12"; exit 2; }
+	$(VENV)/bin/python tests/verify_engines/run.py --python "$(VERIFY_PYTHON)" --uv $(UV)
 
 bench: $(VENV)/.synced
 	$(VENV)/bin/python -m gpuhosts.bench

@@ -173,15 +173,17 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
 
 def load_stack(values: dict[str, Any], secure: set[str], other_keys=()):
     """A stack's host name, its unit graph, and its warnings — a Proxmox host or a training node."""
+    from gpuhosts.locks import require_locks
+
     if stack_kind(values) is StackKind.TRAINER:
         from gpuhosts.plans.training_node import plan_training_node
         from gpuhosts.training import validate_trainer_stack
 
-        trainer = validate_trainer_stack(values, secure, other_keys)
+        trainer = require_locks(validate_trainer_stack(values, secure, other_keys))
         return trainer.node.name, plan_training_node(trainer).graph, list(trainer.warnings)
     from gpuhosts.plans.proxmox_host import plan_host
 
-    config = validate_stack(values, secure, other_keys)
+    config = require_locks(validate_stack(values, secure, other_keys))
     return config.host.name, plan_host(config), config.warnings()
 
 

@@ -385,10 +385,7 @@ def check_stack_services(services: list[tuple[int, ServiceConfig]], stack: Stack
     `problems`, warnings returned."""
     from gpuhosts.compat import Severity, check_services
 
-    from gpuhosts.locks import service_lock_problems
-
     problems += _service_problems(services, stack, secret_keys)
-    problems += service_lock_problems(services)
     found = []
     for finding in check_services([s for _, s in services], positions=[i for i, _ in services]):
         text = f"{finding.message} — {finding.reason} Fix: {finding.fix} [rule {finding.rule}; {finding.source}]"

@@ -80,8 +80,14 @@ def fold_shared(script: str) -> str:
     return script
 
 
+# An environment's lock (beside its venv) is a copy of a committed file of locks/, tested there.
+LOCK = "a copy of a committed lock of locks/ (header: requirement, python, constraints); tests/test_python_env_locks.py"
+
+
 def elsewhere(name: str) -> str | None:
     inside = re.sub(r"^containers/\d+/", "", name)
+    if inside.startswith("opt/gpuhosts/") and inside.endswith("/requirements.lock"):
+        return LOCK
     return next((why for path, why in ELSEWHERE.items() if inside == path or inside.startswith(path)), None)
 
 
@@ -196,7 +202,7 @@ def test_installed_files_carry_the_managed_header(each_stack):
     rendered, golden = each_stack
     installed = [n for n in files_under(rendered) if not n.startswith("commands/") and n != "graph.json"]
     if golden.name == "kpro5":
-        assert len(installed) == 10  # 6 on the host, 4 in container 129
+        assert len(installed) == 13  # 6 on the host, 7 in container 129 (3 of them environments' locks)
     for name in installed:
         assert "managed by gpuhosts" in "".join((rendered / name).read_text().splitlines(True)[:2]), name
 

@@ -23,6 +23,8 @@ from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5, tree_digest, tree_listing
 from fakehost.util import configure
 from gpuhosts.config import validate_stack
+from gpuhosts.locks import lock_digest, lock_spec, lock_text
+from gpuhosts.plans.model_download import HF_REQUIREMENT, TOOLS_PYTHON
 from gpuhosts.protocol import ProtocolError, parse_facts, parse_result
 from gpuhosts.provider import OBSERVATION
 from gpuhosts.units import Unit
@@ -196,8 +198,11 @@ def test_up_builds_envs_downloads_units_and_passes_the_gate(host, engine):
     assert host.ct("/opt/gpuhosts/.uv/bin/uv").exists()
     for name in ("qwen-sglang", "qwen-vllm-dflash"):
         assert host.ct(f"/opt/gpuhosts/{name}/venv/bin/hf").exists(), name
-    # The downloads bring their own hf, pinned, whatever the engines depend on.
-    assert host.ct("/opt/gpuhosts/downloads/venv/.gpuhosts-requirement").read_text() == "huggingface_hub==0.36.0\n"
+    # The downloads bring their own hf, installed from its lock, whatever the engines depend on.
+    hf_lock = lock_text(lock_spec(HF_REQUIREMENT, TOOLS_PYTHON))
+    assert host.ct("/opt/gpuhosts/downloads/venv/.gpuhosts-requirement").read_text() == \
+        f"{HF_REQUIREMENT} lock:{lock_digest(hf_lock)}\n"
+    assert host.ct("/opt/gpuhosts/downloads/requirements.lock").read_text() == hf_lock
     assert json.loads(host.ct("/srv/models/Qwen3.6-27B/config.json").read_text())["num_hidden_layers"] == 64
     assert "agrees with the plan" in outputs["ct129-model-qwen3-6-27b-dflash"]
     assert host.unit_state("gpuhosts-qwen-sglang.service") == ("active", "enabled")

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuhosts.plans.drafter_config import target_layer_ids
-from gpuhosts.plans.inference_service import SERVICE_ROOT
-from gpuhosts.plans.python_env import UV_HOME, UV_VERSION, in_container, probe_in
+from gpuhosts.plans.paths import SERVICE_ROOT
+from gpuhosts.plans.python_env import UV_HOME, UV_VERSION, EnvSpec, env_marker, in_container, lock_file, probe_in
 from gpuhosts.compat import model_facts
 from gpuhosts.config import ContainerConfig
-from gpuhosts.facts import Fact, desired
+from gpuhosts.facts import Fact, desired, files_facts
 from gpuhosts.render import render
 from gpuhosts.services import DrafterSpec, ModelSpec, ServiceConfig, SpecMethod, WeightsOn
 from gpuhosts.units import Unit
@@ -116,8 +116,13 @@ def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, 
                   check=download.check, delete=spec.delete_on_destroy, uv_version=UV_VERSION, uv_home=UV_HOME,
                   tools=DOWNLOAD_TOOLS, hf_requirement=HF_REQUIREMENT, python_version=TOOLS_PYTHON,
                   envs_root=SERVICE_ROOT)
+    # The downloads' own environment installs its locked closure too (gpuhosts/locks.py).
+    tools_env = EnvSpec(name=DOWNLOAD_TOOLS.rsplit("/", 1)[1], requirement=HF_REQUIREMENT, package="huggingface_hub",
+                        release=HF_REQUIREMENT.split("==", 1)[1], from_git=False, python=TOOLS_PYTHON)
+    lock = lock_file(tools_env)
+    values.update(lock=lock, hf_marker=env_marker(tools_env, lock))
     marker = f"{download.directory}/.gpuhosts-download"
-    facts = [Fact(f"weights {download.directory}", f'cat "$root"{shlex.quote(marker)} || echo missing',
+    facts = [*files_facts([lock]), Fact(f"weights {download.directory}", f'cat "$root"{shlex.quote(marker)} || echo missing',
                   f"{spec.repo}@{spec.revision}")]
     return Unit(
         key=unit,
@@ -129,6 +134,8 @@ def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, 
         desired=desired(facts),
         needs=needs,
         stdin_secret=secret,
+        files=(lock,),
+        container=vmid,
     )
 
 

@@ -1,7 +1,9 @@
 """PythonEnv: a service's engine in a uv virtual environment inside its container; no change when already right.
 
 uv itself is pinned and bootstrapped once per container from the container's python3; each service gets its own
-environment, so two engines (or two builds of one) never share dependencies.
+environment, so two engines (or two builds of one) never share dependencies. An environment installs the locked
+closure of its release (gpuhosts/locks.py): the lock goes to the host beside the venv and `uv pip sync
+--require-hashes` installs exactly it; a git-ref build then replaces the package itself with `--no-deps`.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from gpuhosts.plans.inference_service import SERVICE_ROOT
-from gpuhosts.facts import Fact, desired, render_probe
-from gpuhosts.render import render
+from gpuhosts.plans.paths import SERVICE_ROOT
+from gpuhosts.facts import Fact, desired, files_facts, render_probe
+from gpuhosts.locks import LockSpec, lock_digest, lock_spec, lock_text
+from gpuhosts.render import HostFile, render
 from gpuhosts.services import ServiceConfig
 from gpuhosts.units import Unit
 
@@ -19,6 +22,10 @@ UV_VERSION = "0.13.9"
 UV_HOME = f"{SERVICE_ROOT}/.uv"
 # SGLang's "all" extra carries its serving dependencies (the attention kernels among them).
 PACKAGE_EXTRAS = {"sglang": "[all]", "vllm": ""}
+# `pct exec VMID -- bash -c SCRIPT` passes the script as one argument, and Linux takes at most 32 pages (128 KiB)
+# in one argument string (MAX_ARG_STRLEN, execve(2)): a larger script would fail with "Argument list too long".
+MAX_INNER_SCRIPT = 131072 - 1
+LOCK_NAME = "requirements.lock"
 
 
 def requirement(service: ServiceConfig) -> str:
@@ -58,6 +65,33 @@ class EnvSpec:
     def checkout(self) -> str:
         return f"{self.home}/src"
 
+    @property
+    def lock_path(self) -> str:
+        return f"{self.home}/{LOCK_NAME}"
+
+    @property
+    def locked_requirement(self) -> str:
+        """The release whose locked closure the environment installs: the requirement itself, or for a git-ref
+        build the base release (`sglang[all] @ git+…` → `sglang[all]==0.5.11`)."""
+        if not self.from_git:
+            return self.requirement
+        return f"{self.requirement.split(' @ ', 1)[0].strip()}=={self.release}"
+
+
+def env_lock(env: EnvSpec) -> LockSpec:
+    return lock_spec(env.locked_requirement, env.python)
+
+
+def lock_file(env: EnvSpec) -> HostFile:
+    """The environment's committed lock, as the file it installs from (gpuhosts.locks.LockError when missing)."""
+    return HostFile(env.lock_path, lock_text(env_lock(env)))
+
+
+def env_marker(env: EnvSpec, lock: HostFile) -> str:
+    """What the venv's marker holds after a complete install: the requirement and the lock it came from, so that a
+    changed lock (a new constraint, a regenerated closure) reinstalls."""
+    return f"{env.requirement} lock:{lock_digest(lock.content)}"
+
 
 def service_env(service: ServiceConfig) -> EnvSpec:
     return EnvSpec(name=service.name, requirement=requirement(service), package=service.engine.name.value,
@@ -69,15 +103,21 @@ def in_container(unit: str, vmid: int | None, inner: str, *, secret: str | None 
     Without a container (a training node) the script is the command itself and reads the secret from stdin."""
     if vmid is None:
         return inner
+    size = len(inner.encode())
+    if size > MAX_INNER_SCRIPT:
+        raise ValueError(f"unit {unit}: its script inside container {vmid} is {size} bytes; `pct exec -- bash -c` takes "
+                         f"at most {MAX_INNER_SCRIPT} (MAX_ARG_STRLEN)")
     return render("container_services/in-container.sh.j2", unit=unit, vmid=vmid, inner=inner.rstrip("\n"),
                   secret=secret, teardown=teardown)
 
 
-def env_facts(env: EnvSpec) -> list[Fact]:
+def env_facts(env: EnvSpec, lock: HostFile) -> list[Fact]:
     # The requirement marker is written after a complete install and removed before a new one starts.
     marker = f"{env.venv}/.gpuhosts-requirement"
-    facts = [Fact(f"environment {env.venv}",
-                  f'[ -x "$root"{shlex.quote(env.venv + "/bin/python")} ] && cat "$root"{shlex.quote(marker)} || echo missing', env.requirement)]
+    facts = [*files_facts([lock]),
+             Fact(f"environment {env.venv}",
+                  f'[ -x "$root"{shlex.quote(env.venv + "/bin/python")} ] && cat "$root"{shlex.quote(marker)} || echo missing',
+                  env_marker(env, lock))]
     if env.checkout_url:
         facts.append(Fact(f"checkout {env.checkout}", f'cat "$root"{shlex.quote(env.checkout + "/.gpuhosts-ref")} || echo missing',
                           env.checkout_ref))
@@ -85,8 +125,10 @@ def env_facts(env: EnvSpec) -> list[Fact]:
 
 
 def plan_env(unit: str, env: EnvSpec, vmid: int | None, needs: tuple[str, ...], kind: str = "PythonEnv") -> Unit:
-    values = dict(unit=unit, vmid=vmid, env=env, uv_version=UV_VERSION, uv_home=UV_HOME, envs_root=SERVICE_ROOT)
-    facts = env_facts(env)
+    lock = lock_file(env)
+    values = dict(unit=unit, vmid=vmid, env=env, uv_version=UV_VERSION, uv_home=UV_HOME, envs_root=SERVICE_ROOT,
+                  lock=lock, marker=env_marker(env, lock))
+    facts = env_facts(env, lock)
     return Unit(
         key=unit,
         kind=kind,
@@ -96,6 +138,8 @@ def plan_env(unit: str, env: EnvSpec, vmid: int | None, needs: tuple[str, ...], 
         probe=probe_in(unit, vmid, facts),
         desired=desired(facts),
         needs=needs,
+        files=(lock,),
+        container=vmid,
     )
 
 

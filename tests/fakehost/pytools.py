@@ -182,13 +182,43 @@ def parse_spec(spec: str):
     return name, entry
 
 
+def requirement_lines(text: str) -> list:
+    """[(spec, [hashes])] of a requirements file: backslash continues a line, `#` starts a comment, `--hash=` options
+    belong to their requirement (pip's and uv's requirements.txt format); other option lines are skipped."""
+    joined = re.sub(r"\\\n", " ", text)
+    out = []
+    for line in joined.splitlines():
+        line = re.split(r"(?:^|\s)#", line, maxsplit=1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        hashes = re.findall(r"--hash=(\S+)", line)
+        spec = re.sub(r"\s*--hash=\S+", "", line).strip()
+        out.append((spec, hashes))
+    return out
+
+
+def requirement_entries(opts, words, files=()) -> list:
+    """[(spec, [hashes])] from the command line's words, its `-r` file and `files` (pip sync's SRC_FILEs)."""
+    entries = [(w, []) for w in words]
+    for path in [*(opts[k] for k in ("-r", "--requirement") if k in opts), *files]:
+        entries += requirement_lines(host_path(path).read_text())
+    return entries
+
+
 def requirements(opts, words) -> list:
-    specs = list(words)
-    for key in ("-r", "--requirement"):
-        if key in opts:
-            lines = host_path(opts[key]).read_text().splitlines()
-            specs += [l.split(" #")[0].strip() for l in lines if l.strip() and not l.lstrip().startswith(("#", "-"))]
-    return specs
+    return [spec for spec, _ in requirement_entries(opts, words)]
+
+
+def check_hashes(entries):
+    """uv's hash-checking mode (`--require-hashes`, docs: uv pip install / pip sync "--require-hashes"): every
+    requirement pinned with `==` and carrying a hash, refused before anything is fetched (status 2)."""
+    for spec, hashes in entries:
+        if not re.search(r"@|===?", spec) or re.search(r">=|<=|~=|!=|[<>]", spec):
+            raise Fail("error: In `--require-hashes` mode, all requirements must have their versions pinned with "
+                       f"`==`, but found: {spec}", 2)
+        if not hashes:
+            raise Fail("error: In `--require-hashes` mode, all requirements must have a hash, but none were "
+                       f"provided for: {spec}", 2)
 
 
 def failing(knob: str, names) -> str | None:
@@ -196,14 +226,15 @@ def failing(knob: str, names) -> str | None:
     return next((n for n in names if want is True or (isinstance(want, list) and n in want)), None)
 
 
-def install(venv: Path, specs) -> list:
-    """Records the packages; answers [(name, old entry or None, new entry)] for what changed."""
+def install(venv: Path, specs, deps=True) -> list:
+    """Records the packages; answers [(name, old entry or None, new entry)] for what changed. Without `deps`
+    (`--no-deps`, a lock's pins) only the named packages."""
     parsed = [parse_spec(s) for s in specs]
     pk, changes = packages(venv), []
     named = {n for n, _ in parsed}
     for name, entry in parsed:
         todo = [(name, entry)]
-        if name in ("sglang", "vllm", "speculators"):
+        if deps and name in ("sglang", "vllm", "speculators"):
             deps = {**ENGINE_DEPS, **(TRAINER_DEPS if name == "speculators" else {})}
             todo += [(n, {"version": v}) for n, v in deps.items() if n not in pk and n not in named]
         for n, e in todo:
@@ -271,11 +302,19 @@ def cmd_uv(argv, venv=None):
         return 0
     if argv[:1] == ["venv"]:
         return uv_venv(argv[1:] + ["--quiet"] * quiet, version)
-    if argv[:2] in (["pip", "install"], ["pip", "show"], ["pip", "freeze"]):
+    if argv[:2] in (["pip", "install"], ["pip", "sync"], ["pip", "show"], ["pip", "freeze"]):
         opts, words = options(argv[2:])
         target = uv_target(opts)
-        if argv[1] == "install":
-            return uv_install(target, requirements(opts, words), quiet=quiet or bool({"-q", "--quiet"} & set(opts)))
+        quiet = quiet or bool({"-q", "--quiet"} & set(opts))
+        if argv[1] in ("install", "sync"):
+            sync = argv[1] == "sync"
+            entries = requirement_entries(opts, [] if sync else words, words if sync else ())
+            if "--require-hashes" in opts:
+                check_hashes(entries)
+            specs = [spec for spec, _ in entries]
+            if sync:
+                return uv_sync(target, specs, quiet=quiet)
+            return uv_install(target, specs, quiet=quiet, deps="--no-deps" not in opts)
         return uv_show(target, words) if argv[1] == "show" else uv_freeze(target)
     raise Fail(f"fakehost: `uv {' '.join(argv[:2])}` is not simulated", 2)
 
@@ -315,10 +354,38 @@ def uv_target(opts) -> Path:
     return v
 
 
-def uv_install(venv: Path, specs, quiet) -> int:
+def uv_sync(venv: Path, specs, quiet) -> int:
+    """`uv pip sync`: the environment becomes exactly the listed distributions, with no dependency of its own
+    resolved, and whatever is not listed is uninstalled (docs: uv pip sync)."""
     if not specs:
-        raise Fail("error: the following required arguments were not provided:\n  <PACKAGE|--requirements "
-                   "<REQUIREMENTS>|--editable <EDITABLE>|--group <GROUP>>", 2)
+        raise Fail("error: Requirements file is empty; use --allow-empty-requirements to remove all packages", 2)
+    fetch_or_fail(specs)
+    parsed = dict(parse_spec(s) for s in specs)
+    have = packages(venv)
+    removed = [(n, e) for n, e in sorted(have.items()) if n not in parsed]
+    added = [(n, have.get(n), e) for n, e in sorted(parsed.items()) if have.get(n) != e]
+    save(venv, parsed)
+    for name, _ in removed:
+        if name in ENTRY_POINTS.keys() and (venv / "bin" / ENTRY_POINTS[name]).exists():
+            (venv / "bin" / ENTRY_POINTS[name]).unlink()
+    if not quiet:
+        print(f"Resolved {len(parsed)} packages in 2ms", file=sys.stderr)
+        if removed or added:
+            if removed:
+                print(f"Uninstalled {len(removed)} packages in 12ms", file=sys.stderr)
+            print(f"Prepared {len(added)} packages in 2.04s\nInstalled {len(added)} packages in 31ms", file=sys.stderr)
+            for name, entry in removed:
+                print(f" - {show(name, entry)}", file=sys.stderr)
+            for name, old, new in added:
+                print((f" - {show(name, old)}\n" if old else "") + f" + {show(name, new)}", file=sys.stderr)
+        else:
+            print(f"Audited {len(parsed)} packages in 3ms", file=sys.stderr)
+    return 0
+
+
+def fetch_or_fail(specs):
+    """What fetching the distributions does here: fails as without network under `uv_fail_install`, takes the
+    engine's stand-in duration for an engine."""
     if (bad := failing("uv_fail_install", [parse_spec(s)[0] for s in specs])):
         url = f"https://pypi.org/simple/{bad}/"
         raise Fail(f"error: Failed to fetch: `{url}`\n  Caused by: Request failed after 3 retries\n  Caused by: "
@@ -326,7 +393,14 @@ def uv_install(venv: Path, specs, quiet) -> int:
                    f"error: failed to lookup address information: Temporary failure in name resolution", 2)
     if any(parse_spec(spec)[0] in ("sglang", "vllm", "speculators") for spec in specs):
         stand_in_duration("env")
-    changes = install(venv, specs)
+
+
+def uv_install(venv: Path, specs, quiet, deps=True) -> int:
+    if not specs:
+        raise Fail("error: the following required arguments were not provided:\n  <PACKAGE|--requirements "
+                   "<REQUIREMENTS>|--editable <EDITABLE>|--group <GROUP>>", 2)
+    fetch_or_fail(specs)
+    changes = install(venv, specs, deps=deps)
     if not quiet:
         if not changes:
             print(f"Audited {len(specs)} package{'s' * (len(specs) != 1)} in 3ms", file=sys.stderr)

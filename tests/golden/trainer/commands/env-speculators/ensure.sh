@@ -1,11 +1,14 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=env-speculators]
-# On the node: the uv environment speculators with speculators==0.5.0.
+# On the node: the uv environment speculators with speculators==0.7.0.
 uv_version=0.13.9
 python_version=3.12
 venv=/opt/gpuhosts/speculators/venv
-requirement=speculators==0.5.0
+requirement=speculators==0.7.0
+# The locked closure of speculators==0.7.0 (gpuhosts/locks.py), installed exactly, hashes required.
+lock=/opt/gpuhosts/speculators/requirements.lock
+wanted_marker='speculators==0.7.0 lock:sha256:362a7dd039765043'
 package=speculators
-release=0.5.0
+release=0.7.0
 from_git=false
 uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
@@ -34,13 +37,17 @@ ensure_uv() {
 with_lock uv ensure_uv
 
 # --- the engine's environment ----------------------------------------------------------------------------
+install_file /opt/gpuhosts/speculators/requirements.lock 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/speculators/requirements.lock.sha256 sha256:362a7dd039765043]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || note_change "wrote $lock"
 if [ ! -x "$root$venv/bin/python" ]; then
   "$uv" venv --python "$python_version" "$root$venv"
   note_change "created $venv (Python $python_version)"
 fi
 installed="$(installed_version)"
 wanted_build=0
-[ "$(cat "$marker" 2>/dev/null)" = "$requirement" ] || wanted_build=1
+[ "$(cat "$marker" 2>/dev/null)" = "$wanted_marker" ] || wanted_build=1
 [ -n "$installed" ] || wanted_build=1
 if [ "$from_git" = false ] && [ "$installed" != "$release" ]; then
   wanted_build=1
@@ -49,9 +56,14 @@ if [ "$wanted_build" = 1 ]; then
   say "installing $requirement (was: ${installed:-none})"
   # The marker goes first: a cut-off install must not look complete on the next run.
   rm -f "$marker"
-  "$uv" pip install --python "$root$venv/bin/python" "$requirement"
-  printf '%s\n' "$requirement" >"$marker"
-  note_change "installed $requirement into $venv"
+  # Exactly the lock's closure: sync removes what the lock does not list, and every distribution must match a hash.
+  "$uv" pip sync --python "$root$venv/bin/python" --require-hashes "$root$lock"
+  if [ "$from_git" = true ]; then
+    # The build from git replaces the release the lock installed; its dependencies stay the locked ones.
+    "$uv" pip install --python "$root$venv/bin/python" --no-deps "$requirement"
+  fi
+  printf '%s\n' "$wanted_marker" >"$marker"
+  note_change "installed $requirement into $venv from $lock"
 fi
 
 # --- verify ----------------------------------------------------------------------------------------------
@@ -65,7 +77,7 @@ say "$venv: $package $installed"
 
 # --- the package's repository at the same ref, for its scripts/ ---------------------------------------------
 src=/opt/gpuhosts/speculators/src
-ref=refs/tags/v0.5.0
+ref=refs/tags/v0.7.0
 url=https://github.com/vllm-project/speculators
 if [ "$(cat "$root$src/.gpuhosts-ref" 2>/dev/null)" != "$ref" ]; then
   rm -rf "$root$src"

@@ -4,6 +4,9 @@ uv_version=0.13.9
 python_version=3.12
 venv=/opt/gpuhosts/vllm/venv
 requirement=vllm==0.26.0
+# The locked closure of vllm==0.26.0 (gpuhosts/locks.py), installed exactly, hashes required.
+lock=/opt/gpuhosts/vllm/requirements.lock
+wanted_marker='vllm==0.26.0 lock:sha256:2f3573cc71756ce3'
 package=vllm
 release=0.26.0
 from_git=false
@@ -34,13 +37,17 @@ ensure_uv() {
 with_lock uv ensure_uv
 
 # --- the engine's environment ----------------------------------------------------------------------------
+install_file /opt/gpuhosts/vllm/requirements.lock 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/vllm/requirements.lock.sha256 sha256:2f3573cc71756ce3]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || note_change "wrote $lock"
 if [ ! -x "$root$venv/bin/python" ]; then
   "$uv" venv --python "$python_version" "$root$venv"
   note_change "created $venv (Python $python_version)"
 fi
 installed="$(installed_version)"
 wanted_build=0
-[ "$(cat "$marker" 2>/dev/null)" = "$requirement" ] || wanted_build=1
+[ "$(cat "$marker" 2>/dev/null)" = "$wanted_marker" ] || wanted_build=1
 [ -n "$installed" ] || wanted_build=1
 if [ "$from_git" = false ] && [ "$installed" != "$release" ]; then
   wanted_build=1
@@ -49,9 +56,14 @@ if [ "$wanted_build" = 1 ]; then
   say "installing $requirement (was: ${installed:-none})"
   # The marker goes first: a cut-off install must not look complete on the next run.
   rm -f "$marker"
-  "$uv" pip install --python "$root$venv/bin/python" "$requirement"
-  printf '%s\n' "$requirement" >"$marker"
-  note_change "installed $requirement into $venv"
+  # Exactly the lock's closure: sync removes what the lock does not list, and every distribution must match a hash.
+  "$uv" pip sync --python "$root$venv/bin/python" --require-hashes "$root$lock"
+  if [ "$from_git" = true ]; then
+    # The build from git replaces the release the lock installed; its dependencies stay the locked ones.
+    "$uv" pip install --python "$root$venv/bin/python" --no-deps "$requirement"
+  fi
+  printf '%s\n' "$wanted_marker" >"$marker"
+  note_change "installed $requirement into $venv from $lock"
 fi
 
 # --- verify ----------------------------------------------------------------------------------------------

@@ -35,12 +35,19 @@ with_lock uv ensure_uv
 # Each download registers itself, so that the last one's teardown knows to remove the tool environment.
 mkdir -p "$root$tools/users"
 : >"$root$tools/users/"model-qwen3-6-27b-dflash
+# The locked closure of $hf_requirement (gpuhosts/locks.py), installed exactly, hashes required.
+hf_marker='huggingface_hub==0.36.0 lock:sha256:4491ff02c85da4bf'
 ensure_hf() {
-  if [ "$(cat "$root$tools/venv/.gpuhosts-requirement" 2>/dev/null)" != "$hf_requirement" ] || [ ! -x "$root$hf" ]; then
+install_file /opt/gpuhosts/downloads/requirements.lock 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/downloads/requirements.lock.sha256 sha256:4491ff02c85da4bf]
+GPUHOSTS_EOF
+  [ "$file_changed" = 0 ] || note_change "wrote "/opt/gpuhosts/downloads/requirements.lock
+  if [ "$(cat "$root$tools/venv/.gpuhosts-requirement" 2>/dev/null)" != "$hf_marker" ] || [ ! -x "$root$hf" ]; then
     [ -x "$root$tools/venv/bin/python" ] || "$uv" venv --python 3.12 "$root$tools/venv"
-    "$uv" pip install --python "$root$tools/venv/bin/python" "$hf_requirement"
-    printf '%s\n' "$hf_requirement" >"$root$tools/venv/.gpuhosts-requirement"
-    note_change "installed $hf_requirement into $tools/venv"
+    rm -f "$root$tools/venv/.gpuhosts-requirement"
+    "$uv" pip sync --python "$root$tools/venv/bin/python" --require-hashes "$root"/opt/gpuhosts/downloads/requirements.lock
+    printf '%s\n' "$hf_marker" >"$root$tools/venv/.gpuhosts-requirement"
+    note_change "installed $hf_requirement into $tools/venv from "/opt/gpuhosts/downloads/requirements.lock
   fi
 }
 with_lock hf ensure_hf
@@ -66,6 +73,11 @@ else
   printf '%s\n' "$repo@$revision" >"$marker"
   note_change "downloaded $repo@$revision into $local_dir"
 fi
+# hf download --local-dir leaves one lock file per downloaded file (<file>.lock beside <file>.metadata under
+# .cache/huggingface/download: huggingface_hub _local_folder.py get_local_download_paths, read in 2.4.0) and never
+# removes them; no hf runs now, so none is held.
+stale_locks="$(find "$root$local_dir/.cache/huggingface/download" -type f -name '*.lock' -print -delete 2>/dev/null | wc -l)"
+[ "$stale_locks" = 0 ] || say "removed $stale_locks lock file(s) hf download left under $local_dir/.cache/huggingface"
 
 # --- verify what was downloaded against what the plan derived from it --------------------------------------
 if ! problems="$("$root$python" - "$root$local_dir/config.json" '{"target_layer_ids": [1, 16, 31, 46, 61]}' <<'GPUHOSTS_CHECK'
