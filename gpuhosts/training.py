@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -82,15 +83,27 @@ class ServerSpec(_Model):
     extra_args: tuple[str, ...] = Field((), description="More vLLM flags, appended.")
 
 
+class LayerType(str, Enum):
+    SLIDING = "sliding_attention"
+    FULL = "full_attention"
+
+
 class HyperParameters(_Model):
     epochs: int = Field(3, ge=1, le=1000, description="Training epochs. Default 3.")
     lr: float = Field(3e-4, gt=0, lt=1, description="Learning rate. Default 3e-4.")
     block_size: int = Field(16, ge=2, le=64, description="DFlash block size. Default 16.")
     num_layers: int = Field(5, ge=1, le=16, description="Drafter decoder layers. Default 5.")
-    sliding_window: int | None = Field(2048, ge=1, description="Drafter sliding window; null for none. Default 2048.")
-    mask_token_id: int = Field(ge=0, description="The verifier tokenizer's mask token id used by DFlash blocks.")
-    max_seq_len: int = Field(8192, ge=256, description="Tokens per sample of the prepared data set (its --seq-length); "
-                                                       "the server's maxModelLen must cover it. Default 8192.")
+    layer_types: tuple[LayerType, ...] | None = Field(
+        None, description="The drafter's per-layer attention (its config.json `layer_types`), checked on the node "
+                          "after the download and kept by the conversion; default read from config.json.")
+    sliding_window: int | None = Field(None, ge=1, description="The drafter's sliding window (config.json "
+                                                               "`sliding_window`); default read from config.json.")
+    mask_token_id: int | None = Field(None, ge=0, description="The mask token of DFlash blocks (config.json "
+                                                              "`dflash_config.mask_token_id`); default read from "
+                                                              "config.json, never pasted.")
+    max_seq_len: int = Field(8192, ge=256, description="Tokens per training sequence (train.py --total-seq-len; "
+                                                       "the prepared data set's --seq-length); the server's "
+                                                       "maxModelLen must cover it. Default 8192.")
     extra_args: tuple[str, ...] = Field((), description="More train.py flags, appended.")
 
 
@@ -160,6 +173,10 @@ class TrainingConfig(_Model):
 
     @model_validator(mode="after")
     def _layers(self) -> "TrainingConfig":
+        types = self.hyper.layer_types
+        if types is not None and len(types) != self.hyper.num_layers:
+            raise ValueError(f"hyper.layerTypes lists {len(types)} layer(s), hyper.numLayers is "
+                             f"{self.hyper.num_layers}; give one type per drafter layer")
         if self.drafter.num_layers is not None and self.drafter.num_layers != self.hyper.num_layers:
             raise ValueError(f"drafter.numLayers {self.drafter.num_layers} differs from hyper.numLayers "
                              f"{self.hyper.num_layers}; the drafter is trained with the layers it has")
@@ -267,9 +284,33 @@ def referenced_training_secrets(raw_training: Any) -> set[str]:
     return names
 
 
+def declared_drafter(training: TrainingConfig, ids: "LayerIds | None" = None) -> dict[str, Any]:
+    """What the stack says of the drafter's config.json (None: take it from the file), as the node's check reads it."""
+    hyper = training.hyper
+    declared: dict[str, Any] = {
+        "maskTokenId": hyper.mask_token_id,
+        "layerTypes": [t.value for t in hyper.layer_types] if hyper.layer_types is not None else None,
+        "slidingWindow": hyper.sliding_window, "numLayers": hyper.num_layers, "blockSize": hyper.block_size}
+    if ids is not None:
+        declared["targetLayerIds"] = list(ids.drafter)
+    return declared
+
+
+def drafter_config_problems(training: TrainingConfig, config: dict[str, Any]) -> list[Problem]:
+    """The stack's drafter values against the drafter's config.json, where the plan has it (the node checks the
+    downloaded file the same way: gpuhosts/plans/drafter_config.py runs there verbatim)."""
+    from gpuhosts.plans.drafter_config import compare_declared, parse_drafter_config
+
+    _, found = compare_declared(parse_drafter_config(config), declared_drafter(training),
+                                origin=f"{training.drafter.repo}'s config.json")
+    return [Problem(path=f"{NAMESPACE}:training.{name}", message=message) for name, message in found]
+
+
 def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset(),
-                           other_keys=()) -> TrainerStack:
-    """Turn a training node stack's values into a TrainerStack, or raise ConfigError naming every problem."""
+                           other_keys=(), drafter_configs: dict[str, dict[str, Any]] | None = None) -> TrainerStack:
+    """Turn a training node stack's values into a TrainerStack, or raise ConfigError naming every problem.
+    `drafter_configs` maps a drafter repo to its config.json, where known: the stack's mask token, layer types and
+    sliding window must then agree with it (without it, the node checks them after the download)."""
     from gpuhosts.compat import check_training
 
     problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.TRAINER)
@@ -285,6 +326,9 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
             node, training = (value, training) if key == "node" else (node, value)
     if node is not None and training is not None:
         problems += _training_problems(node, training, set(secret_keys))
+        config = (drafter_configs or {}).get(training.drafter.repo)
+        if config is not None:
+            problems += drafter_config_problems(training, config)
     if problems:
         raise ConfigError(problems)
     warnings = []
@@ -328,9 +372,10 @@ class LayerIds:
     server: tuple[int, ...]
 
 
-def layer_ids(num_verifier_layers: int, num_drafter_layers: int) -> LayerIds:
+def layer_ids(num_verifier_layers: int, num_ids: int, declared: tuple[int, ...] | None = None) -> LayerIds:
+    """`num_ids` ids derived as z-lab does (by default one per drafter layer), or the drafter's declared list."""
     from gpuhosts.plans.drafter_config import target_layer_ids
 
-    drafter = tuple(target_layer_ids(num_verifier_layers, num_drafter_layers))
+    drafter = tuple(declared) if declared else tuple(target_layer_ids(num_verifier_layers, num_ids))
     trainer = tuple(i + 1 for i in drafter)
     return LayerIds(drafter=drafter, trainer=trainer, server=trainer + (num_verifier_layers,))

@@ -21,7 +21,7 @@ def test_the_trainer_stack_declares_the_seed_node():
     assert (stack.node.gpus.count, stack.node.gpus.model, stack.node.driver_version) == (8, "RTX PRO 6000", "580.126.09")
     t = stack.training
     assert t.server.gpus == (0, 1, 2, 3) and t.training_gpus == (4, 5, 6, 7)
-    assert (t.speculators.version, t.vllm.version) == ("0.5.0", "0.26.0")
+    assert (t.speculators.version, t.vllm.version) == ("0.7.0", "0.26.0")
     assert t.drafter.repo == "z-lab/Qwen3.6-27B-DFlash" and t.drafter.gated
     assert (t.hyper.block_size, t.hyper.num_layers, t.dataset.samples) == (16, 5, 913786)
     assert stack.checkpoints == "/data/checkpoints/Qwen3.6-27B-DFlash"

@@ -132,6 +132,13 @@ def test_up_to_a_running_job_then_nothing_changes_and_destroy_keeps_the_results(
     assert node.path("/opt/gpuhosts/speculators/src/scripts/train.py").exists()
     assert "hidden_states [6, 8] F32: non-zero" in first["hidden-state-check"]
     assert "agrees with the plan" in first["model-qwen3-6-27b-dflash"]
+    # The drafter, converted (speculators' converter keeps z-lab's layout), is what training starts from.
+    converted = json.loads(node.path("/data/models/z-lab/Qwen3.6-27B-DFlash.speculators/config.json").read_text())
+    assert converted["transformer_layer_config"]["layer_types"] == ["sliding_attention"] * 4 + ["full_attention"]
+    assert converted["aux_hidden_state_layer_ids"] == [2, 17, 32, 47, 62]
+    assert "converted /data/models/z-lab/Qwen3.6-27B-DFlash into" in first["drafter-convert"]
+    # The probe's states file and its lock are gone after the check; no lock is left behind.
+    assert not list(node.path("/data/hidden_states").glob("*.safetensors*"))
     checks = ("preflight", "hidden-state-check")
     assert [k for k, out in first.items() if not parse_result(out).changed] == list(checks)
     for name, output in second.items():
@@ -146,6 +153,7 @@ def test_up_to_a_running_job_then_nothing_changes_and_destroy_keeps_the_results(
     for unit in reversed(units):
         node.apply(unit, "teardown")
     for kept in ("/data/models/Qwen/Qwen3.6-27B/config.json", "/data/models/z-lab/Qwen3.6-27B-DFlash/config.json",
+                 "/data/models/z-lab/Qwen3.6-27B-DFlash.speculators/config.json",
                  "/data/data/qwen36-mix-913k/SHA256SUMS", "/data/checkpoints/Qwen3.6-27B-DFlash/epoch_1/config.json"):
         assert node.path(kept).exists(), kept
     assert not node.path("/etc/systemd/system/gpuhosts-dflash-training.service").exists()
@@ -188,6 +196,9 @@ def test_the_launch_script_resumes_from_the_newest_checkpoint(node):
     launch = (node.tree / "var/log/fakehost/torchrun.log").read_text().splitlines()[-1]
     assert launch.startswith("--standalone --nproc_per_node 1 ")
     assert "--target-layer-ids 2 17 32 47 62 " in launch and "--from-pretrained /data/checkpoints/Qwen3.6-27B-DFlash/epoch_2" in launch
+    port = node.values["training"]["server"]["port"]
+    assert f"--vllm-endpoint http://127.0.0.1:{port}/v1 " in launch and "--total-seq-len 8192 " in launch
+    assert "--sliding-window" not in launch and "--num-layers" not in launch
 
 
 @pytest.mark.parametrize("model, driver, says", [
@@ -281,3 +292,31 @@ def test_a_data_set_file_lost_is_drift_the_stage_repairs(trained, tmp_path):
         "files of /data/data/qwen36-mix-913k/SHA256SUMS": "1 missing"}
     assert parse_result(node.apply(unit)).changed
     assert node.probe(unit) == unit.desired
+
+
+@pytest.mark.parametrize("hyper, field", [
+    # the pasted first unused id, against the drafter's own dflash_config.mask_token_id
+    ({"maskTokenId": 1}, "gpuhosts:training.hyper.maskTokenId: hyper.maskTokenId 1 differs"),
+    ({"layerTypes": ["sliding_attention"] * 5}, "gpuhosts:training.hyper.layerTypes: hyper.layerTypes"),
+    ({"slidingWindow": 4096}, "gpuhosts:training.hyper.slidingWindow: hyper.slidingWindow 4096 differs"),
+])
+def test_the_convert_step_refuses_a_stack_value_config_json_contradicts(node, hyper, field):
+    values = json.loads(json.dumps(node.values))
+    values["training"]["hyper"].update(hyper)
+    for unit in node.needed_by("drafter-convert"):
+        node.apply(unit)
+    result = node.run(node.unit("drafter-convert", values))
+    assert result.returncode == 1 and field in result.stderr, result.stdout + result.stderr
+    assert not node.path("/data/models/z-lab/Qwen3.6-27B-DFlash.speculators").exists()
+
+
+def test_the_download_removes_the_lock_files_hf_leaves(node):
+    unit = node.unit("model-qwen3-6-27b-dflash")
+    node.apply(unit)
+    cache = node.path("/data/models/z-lab/Qwen3.6-27B-DFlash/.cache/huggingface/download")
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "model.safetensors.lock").write_text("")
+    (cache / "model.safetensors.metadata").write_text("")
+    output = node.apply(unit)
+    assert "removed 1 lock file(s)" in output and not (cache / "model.safetensors.lock").exists()
+    assert (cache / "model.safetensors.metadata").exists()

@@ -4,8 +4,10 @@ stage from a file:// source, the trainer stack aimed at them, and a hidden-state
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -36,10 +38,17 @@ def safetensors_bytes(tensors: dict[str, tuple[str, list[int], bytes]]) -> bytes
 
 
 class StateServer:
-    """The hidden-state server's outside: /health, and /v1/completions that writes one sample's states."""
+    """The hidden-state server's outside: /health, and /v1/completions that names one sample's states file and writes
+    it after the response, as vLLM 0.26.0's ExampleHiddenStatesConnector does
+    (vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py): `<file>.lock` created and
+    held with an exclusive flock before the response (wait_for_save), the path in the response's
+    kv_transfer_params.hidden_states_path (request_finished), the file written by another thread and the lock
+    released only after it is complete (_write_tensors). `writes` lists the node paths named."""
 
-    def __init__(self, states: Path, port: int, zeros: bool = False):
-        self.states, self.zeros = states, zeros
+    def __init__(self, states: Path, port: int, zeros: bool = False, node_dir: str = "/data/hidden_states"):
+        self.states, self.zeros, self.node_dir = states, zeros, node_dir
+        self.writes: list[str] = []
+        self.writers: list[threading.Thread] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -51,25 +60,42 @@ class StateServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+                self.wfile.flush()
 
             def do_GET(self):
                 self.reply(b"" if self.path == "/health" else b"not found", 200 if self.path == "/health" else 404)
 
             def do_POST(self):
                 self.rfile.read(int(self.headers["Content-Length"]))
-                values = [0.0] * 48 if outer.zeros else [0.5 * (i % 7 - 3) for i in range(48)]
-                raw = struct.pack("<48f", *values)
+                name = f"req-{len(outer.writes) + 1:04d}.safetensors"
                 outer.states.mkdir(parents=True, exist_ok=True)
-                (outer.states / "req-0001.safetensors").write_bytes(safetensors_bytes(
-                    {"hidden_states": ("F32", [6, 8], raw), "token_ids": ("I64", [6], struct.pack("<6q", *range(6)))}))
-                self.reply(json.dumps({"choices": [{"text": "x"}]}).encode())
+                target = outer.states / name
+                lock_fd = os.open(f"{target}.lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                outer.writes.append(f"{outer.node_dir}/{name}")
+                self.reply(json.dumps({"choices": [{"text": "x"}],
+                                       "kv_transfer_params": {"hidden_states_path": outer.writes[-1]}}).encode())
+                writer = threading.Thread(target=outer.write, args=(target, lock_fd))
+                outer.writers.append(writer)
+                writer.start()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def write(self, target: Path, lock_fd: int) -> None:
+        try:
+            values = [0.0] * 48 if self.zeros else [0.5 * (i % 7 - 3) for i in range(48)]
+            target.write_bytes(safetensors_bytes(
+                {"hidden_states": ("F32", [6, 8], struct.pack("<48f", *values)),
+                 "token_ids": ("I64", [6], struct.pack("<6q", *range(6)))}))
+        finally:
+            os.close(lock_fd)  # releases LOCK_EX
+
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+        for writer in self.writers:
+            writer.join()
 
 
 def git(*args: str, cwd: Path) -> None:
@@ -102,8 +128,8 @@ def prepare_node(root: Path) -> Path:
         (repo / "scripts" / script).write_text(f"# speculators {script} (test repository)\n")
     git("init", "-q", cwd=repo)
     git("add", ".", cwd=repo)
-    git("commit", "-q", "-m", "v0.5.0", cwd=repo)
-    git("tag", "v0.5.0", cwd=repo)
+    git("commit", "-q", "-m", "v0.7.0", cwd=repo)
+    git("tag", "v0.7.0", cwd=repo)
 
     data = root / "dataset"
     (data / "shards").mkdir(parents=True)

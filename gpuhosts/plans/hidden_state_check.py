@@ -2,8 +2,17 @@
 
 vLLM before #46301 extracted all-zero hidden states from hybrid (Gated DeltaNet) verifiers, silently: the drafter
 "trains" and then accepts nothing. After the hidden-state server starts, one short request makes it write the
-states of one sample (safetensors, under its --hidden-states-path); this module reads those files and fails when a
-floating-point tensor in them is entirely zero.
+states of one sample (safetensors, under its --hidden-states-path); this module reads that file and fails when a
+floating-point tensor in it is entirely zero.
+
+The file is not there when the response arrives. vLLM's ExampleHiddenStatesConnector (vLLM 0.26.0,
+vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py) names it in the response's
+`kv_transfer_params.hidden_states_path` (request_finished), creates `<file>.lock` and holds an exclusive flock on it
+before the response goes out (wait_for_save), and writes the file later from a thread pool, closing the lock's
+descriptor only after save_file (_write_tensors). Its own reader, load_hidden_states, takes a shared flock on the
+lock file to wait. This module does the same, polled against a deadline, reads the file while holding the lock,
+and then removes both as cleanup_hidden_states does. Lock files whose data file is gone and that nobody holds are
+swept from the directory (the trainer deletes what it read and leaves the locks).
 
 Like the deploy gate's probe, this file runs verbatim on the node (templates/training_node/check-hidden-states.py.j2)
 with any Python 3: it reads the safetensors format itself (an 8-byte little-endian header length, a JSON header
@@ -12,9 +21,14 @@ naming each tensor's dtype, shape and byte range, then the raw bytes), so it nee
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import fcntl
 import json
+import os
 import struct
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,11 +94,108 @@ def check(paths: list[Path]) -> tuple[list[TensorReport], list[str]]:
     return reports, problems
 
 
-def main(argv: list[str]) -> int:
-    paths = [Path(a) for a in argv]
+def hidden_states_path(response: dict) -> str:
+    """The file a completion response names (vLLM's CompletionResponse.kv_transfer_params)."""
+    params = response.get("kv_transfer_params") or {}
+    path = params.get("hidden_states_path")
+    if not isinstance(path, str) or not path:
+        raise ValueError("the response has no kv_transfer_params.hidden_states_path: the server is not a "
+                         "hidden-state server (launch_vllm.py with the ExampleHiddenStatesConnector)")
+    return path
+
+
+@contextlib.contextmanager
+def written(path: Path, timeout_s: float, *, clock=time.monotonic, pause=time.sleep, poll_s: float = 0.2):
+    """Hold a shared flock on `<path>.lock` once vLLM's writer has released its exclusive one (see the module's
+    docstring), waiting at most `timeout_s`; the file is complete while the caller reads it here."""
+    lock = Path(str(path) + ".lock")
+    deadline = clock() + timeout_s
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+            break
+        except FileNotFoundError:
+            # No lock file: a server without use_synchronization_lock, or one already cleaned up; the file itself
+            # must then be there (read_tensors refuses one cut short).
+            if path.exists():
+                yield
+                return
+            if clock() >= deadline:
+                raise TimeoutError(f"{path}: neither the file nor its .lock appeared within {timeout_s:g} s")
+            pause(poll_s)
     try:
-        reports, problems = check(paths)
-    except (OSError, ValueError) as error:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if clock() >= deadline:
+                    raise TimeoutError(f"{path}: the server still writes it after {timeout_s:g} s (its .lock is held)")
+                pause(poll_s)
+        yield
+    finally:
+        os.close(fd)
+
+
+def remove_states(path: Path) -> None:
+    """vLLM's cleanup_hidden_states: the lock file, then the file."""
+    for victim in (Path(str(path) + ".lock"), path):
+        with contextlib.suppress(FileNotFoundError):
+            victim.unlink()
+
+
+def sweep_locks(directory: Path) -> int:
+    """Remove `<file>.safetensors.lock` files whose file is gone and whose lock nobody holds; how many."""
+    removed = 0
+    for lock in sorted(directory.glob("**/*.safetensors.lock")):
+        if Path(str(lock)[: -len(".lock")]).exists():
+            continue  # a reader may still open it
+        try:
+            # Read-write: on NFS an exclusive flock needs a descriptor open for writing (speculators' NFS flock
+            # hotfix, v0.7.0.1 src/speculators/data_generation/vllm_client.py wait_for_lock).
+            fd = os.open(lock, os.O_RDWR)
+        except (FileNotFoundError, PermissionError):
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a writer holds it
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+            removed += 1
+    return removed
+
+
+def check_response(response_file: Path, root: str, timeout_s: float) -> tuple[list[TensorReport], list[str]]:
+    """Read the file a probe's response names (under `root`, the node's file system), once written; remove it."""
+    path = Path(root + hidden_states_path(json.loads(response_file.read_text())))
+    try:
+        with written(path, timeout_s):
+            return check([path])
+    finally:
+        remove_states(path)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="check-hidden-states.py")
+    parser.add_argument("files", nargs="*", type=Path, help="safetensors files to check as they are")
+    parser.add_argument("--response", type=Path, help="a completion response naming the file the server writes")
+    parser.add_argument("--root", default="", help="where the node's file system is mounted (tests)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server's writer")
+    parser.add_argument("--sweep", type=Path, help="directory whose stale .safetensors.lock files to remove")
+    args = parser.parse_args(argv)
+    if args.sweep is not None and args.sweep.is_dir():
+        swept = sweep_locks(args.sweep)
+        if swept:
+            print(f"hidden-state check: removed {swept} stale lock file(s) under {args.sweep}")
+    try:
+        if args.response is not None:
+            reports, problems = check_response(args.response, args.root, args.timeout)
+        else:
+            reports, problems = check(args.files)
+    except (OSError, ValueError, TimeoutError) as error:
         print(f"hidden-state check: cannot read: {error}")
         return 2
     for report in reports:

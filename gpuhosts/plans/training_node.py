@@ -1,9 +1,11 @@
 """TrainingNode: a node that trains a DFlash drafter with speculators, from a bare machine to a running, observable job.
 
 Apply order: pre-flight (GPUs, driver, disk) → the speculators, vLLM and monitor environments → the verifier and the
-starting drafter → the data set → the hidden-state server → the hidden-state check → the training job → the monitor.
-Destroy stops the services and removes units and environments; models, data and checkpoints stay unless the config
-says otherwise.
+starting drafter → the drafter converted to a speculators checkpoint (its config.json checked against the stack
+first) → the data set → the hidden-state server → the hidden-state check → the training job → the monitor.
+Destroy stops the services and removes units and environments; models, the converted drafter, data and checkpoints
+stay unless the config says otherwise. What speculators commands look like is its driver's
+(gpuhosts/engines/speculators.py); `engine_invocations` lists them for checking against the real parsers.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuhosts.plans import hidden_state_check
+from gpuhosts.engines import speculators as speculators_driver
+from gpuhosts.plans import drafter_config, hidden_state_check
 from gpuhosts.plans.model_download import Download, plan_model_download
 from gpuhosts.plans.python_env import SERVICE_ROOT, EnvSpec, plan_env
 from gpuhosts.compat import model_facts
 from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_fact
 from gpuhosts.render import HostFile, render
-from gpuhosts.training import LayerIds, TrainerStack, layer_ids
+from gpuhosts.training import LayerIds, TrainerStack, declared_drafter, layer_ids
 from gpuhosts.units import Unit, UnitGraph
 
 SPECULATORS_REPOSITORY = "https://github.com/vllm-project/speculators"
@@ -29,16 +32,21 @@ FLASK_VERSION = "3.1.3"
 SERVER_UNIT = "gpuhosts-hidden-state-server.service"
 TRAINING_UNIT = "gpuhosts-dflash-training.service"
 MONITOR_UNIT = "gpuhosts-training-monitor.service"
-CHECK_SCRIPT = "/usr/local/lib/gpuhosts/check-hidden-states.py"
+LIB_DIR = "/usr/local/lib/gpuhosts"
+CHECK_SCRIPT = f"{LIB_DIR}/check-hidden-states.py"
+DRAFTER_CHECK_SCRIPT = f"{LIB_DIR}/check-drafter-config.py"
 MONITOR_TOKEN = "/etc/gpuhosts/monitor.token"
 MONITOR_PACKAGE = Path(__file__).resolve().parent.parent.parent / "gpuhosts_monitor"
 PROBE_PROMPT = "Explain in one sentence why the sky is blue."
 READY_TIMEOUT_S = 1800
+# How long the check waits for vLLM's writer to release a probe's <file>.lock after the response.
+WRITE_TIMEOUT_S = 120
 
 
 def _package_env(name: str, package: str, spec, repository: str, python: str, *, checkout: bool = False) -> EnvSpec:
     repository = spec.repository or repository
-    requirement = f"{package} @ git+{repository}@{spec.git_ref}" if spec.git_ref else f"{package}=={spec.version}"
+    requirement = speculators_driver.requirement(spec) if package == speculators_driver.PACKAGE else \
+        f"{package} @ git+{repository}@{spec.git_ref}" if spec.git_ref else f"{package}=={spec.version}"
     ref = spec.git_ref or f"refs/tags/v{spec.version}"
     return EnvSpec(name=name, requirement=requirement, package=package, release=spec.version,
                    from_git=spec.git_ref is not None, python=python,
@@ -51,6 +59,7 @@ class TrainingPlan:
     graph: UnitGraph
     ids: LayerIds
     summary: dict
+    invocations: tuple[speculators_driver.Invocation, ...] = ()
 
 def _service_unit(key: str, kind: str, unit_name: str, files: list[HostFile], ensure: str, teardown: str,
                   needs: tuple[str, ...], stdin_secret: str | None = None) -> Unit:
@@ -70,7 +79,9 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     if num_verifier_layers is None:
         raise ValueError(f"gpuhosts:training.verifier.numLayers: {training.verifier.repo} is not in the model table; "
                          "give its num_hidden_layers")
-    ids = layer_ids(num_verifier_layers, training.hyper.num_layers)
+    ids = layer_ids(num_verifier_layers, training.hyper.num_layers, training.drafter.target_layer_ids)
+    version = training.speculators.version
+    speculators_driver.row(version)  # a release no row covers stops the plan with the reason
 
     envs = {
         "speculators": _package_env("speculators", "speculators", training.speculators, SPECULATORS_REPOSITORY,
@@ -117,22 +128,53 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                                    present_dirs=[verifier_dir, drafter_dir, dataset_dir, stack.checkpoints]),
                             render("training_node/preflight-teardown.sh.j2", unit="preflight"), ())
 
+    # --- the drafter, converted ------------------------------------------------------------------------------
+    # z-lab's checkpoint is not a speculators one: train.py --from-pretrained loads only what `speculators convert`
+    # (or, in 0.7.x, its convert_model) made of it, which keeps z-lab's layer_types, sliding_window and mask token.
+    converted_dir = f"{drafter_dir}.speculators"
+    part_dir = f"{converted_dir}.part"
+    convert = speculators_driver.convert(version, speculators.venv, drafter_dir, verifier_dir, part_dir)
+    drafter_check_script = HostFile(DRAFTER_CHECK_SCRIPT, render(
+        "training_node/check-drafter-config.py.j2", path=DRAFTER_CHECK_SCRIPT,
+        source=Path(drafter_config.__file__).read_text().rstrip("\n")), "0755")
+    declared = declared_drafter(training, ids)
+    convert_marker = f"{training.drafter.repo}@{training.drafter.revision} {speculators.requirement}"
+    convert_facts = [*files_facts([drafter_check_script]),
+                     Fact(f"converted {converted_dir}",
+                          f'cat "$root"{shlex.quote(converted_dir + "/.gpuhosts-convert")} || echo missing',
+                          convert_marker)]
+    convert_step = Unit(
+        key="drafter-convert", kind="DrafterConvert",
+        ensure=render("training_node/drafter-convert.sh.j2", unit="drafter-convert", drafter_repo=training.drafter.repo,
+                      drafter_dir=drafter_dir, output=converted_dir, part=part_dir, marker=convert_marker,
+                      program=convert.program, version=version, python=f"{speculators.venv}/bin/python",
+                      check_script=DRAFTER_CHECK_SCRIPT, declared=declared, files=[drafter_check_script],
+                      needs=[f"{drafter_dir}/.gpuhosts-download", f"{verifier_dir}/.gpuhosts-download", convert.command[0]],
+                      environment=convert.environment, command=list(convert.command), argv=list(convert.argv)),
+        teardown=render("training_node/drafter-convert-teardown.sh.j2", unit="drafter-convert", output=converted_dir,
+                        part=part_dir, remove=[DRAFTER_CHECK_SCRIPT], lib_dir=LIB_DIR,
+                        delete=training.drafter.delete_on_destroy),
+        probe=render_probe("drafter-convert", convert_facts), desired=desired(convert_facts),
+        needs=("env-speculators", download_steps["verifier"].key, download_steps["drafter"].key),
+        files=(drafter_check_script,))
+
     # --- the hidden-state server --------------------------------------------------------------------------------
     server = training.server
     states_dir = f"{storage}/hidden_states"
     server_url = f"http://127.0.0.1:{server.port}"
-    server_argv = [f"{vllm_env.venv}/bin/python", f"{speculators.checkout}/scripts/launch_vllm.py", verifier_dir,
-                   "--hidden-states-path", states_dir, "--target-layer-ids", *map(str, ids.trainer), "--",
-                   "--host", "127.0.0.1", "--port", str(server.port),
-                   "--tensor-parallel-size", str(server.tensor_parallel_size)]
-    if server.data_parallel_size > 1:
-        server_argv += ["--data-parallel-size", str(server.data_parallel_size)]
-    server_argv += ["--gpu-memory-utilization", format(server.mem_fraction, "g"),
-                    "--max-model-len", str(server.max_model_len), *server.extra_args]
     server_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, server.gpus)),
                   "HF_HUB_OFFLINE": "1",
                   # launch_vllm.py starts `vllm serve`: the vLLM environment's bin comes first.
                   "PATH": f"{vllm_env.venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    vllm_args = ["--host", "127.0.0.1", "--port", str(server.port),
+                 "--tensor-parallel-size", str(server.tensor_parallel_size)]
+    if server.data_parallel_size > 1:
+        vllm_args += ["--data-parallel-size", str(server.data_parallel_size)]
+    vllm_args += ["--gpu-memory-utilization", format(server.mem_fraction, "g"),
+                  "--max-model-len", str(server.max_model_len), *server.extra_args]
+    launch = speculators_driver.launch(version, vllm_env.venv, speculators.checkout, verifier_dir, states_dir,
+                                       ids.trainer, vllm_args, server_env)
+    server_argv = launch.words
     server_unit = HostFile(f"/etc/systemd/system/{SERVER_UNIT}", render(
         "training_node/server.service.j2", vllm_version=training.vllm.version, gpus=server.gpus, ids=ids,
         verifier_repo=training.verifier.repo, workdir=speculators.checkout,
@@ -143,7 +185,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         "hidden-state-server", "HiddenStateServer", SERVER_UNIT, [server_unit, check_script],
         render("training_node/unit.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
                       summary=f"The hidden-state server on GPUs {list(server.gpus)}.", files=[server_unit, check_script],
-                      needs=[f"{speculators.checkout}/scripts/launch_vllm.py", f"{verifier_dir}/.gpuhosts-download"],
+                      needs=[launch.command[1], f"{verifier_dir}/.gpuhosts-download"],
                       secret_file=None),
         render("training_node/unit-teardown.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
                keeps="the hidden states it cached are the training's to delete.",
@@ -151,6 +193,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         ("env-vllm", "env-speculators", download_steps["verifier"].key))
 
     probe = dict(server_url=server_url, states_dir=states_dir, ready_timeout_s=READY_TIMEOUT_S,
+                 write_timeout_s=WRITE_TIMEOUT_S,
                  python=f"{vllm_env.venv}/bin/python", check_script=CHECK_SCRIPT,
                  probe_request=json.dumps({"model": verifier_dir, "prompt": PROBE_PROMPT, "max_tokens": 1}))
     check = _check_unit("hidden-state-check", "HiddenStateCheck",
@@ -164,23 +207,27 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     save = stack.checkpoints
     family = (verifier_facts.family or "model").replace(".", "")
     script_path = f"{SERVICE_ROOT}/training/train_dflash_{family}.sh"
-    # One flag with its value(s) per group: the launch script puts each group on a line of its own.
-    arg_groups = [["--verifier-name-or-path", verifier_dir], ["--data-path", dataset_dir],
-                  ["--vllm-endpoint", server_url], ["--save-path", save], ["--epochs", str(hyper.epochs)],
-                  ["--lr", format(hyper.lr, "g")], ["--speculator-type", "dflash"],
-                  ["--block-size", str(hyper.block_size)], ["--num-layers", str(hyper.num_layers)],
-                  ["--target-layer-ids", *map(str, ids.trainer)], ["--mask-token-id", str(hyper.mask_token_id)]]
-    if hyper.sliding_window:
-        arg_groups.append(["--sliding-window", str(hyper.sliding_window)])
-    arg_groups += [[a] for a in hyper.extra_args]
+    # The trainer is the OpenAI client of the server: its endpoint is the base URL, /v1 included
+    # (speculators v0.7.0.1 src/speculators/train/config/schema.py GenerationArgs.vllm_endpoint, default
+    # http://localhost:8000/v1). The drafter's shape (layers, sliding window, layer types, mask token) comes from the
+    # converted checkpoint: --from-pretrained refuses --num-layers and --sliding-window beside it.
+    train_values = {"verifier": verifier_dir, "data": dataset_dir, "endpoint": f"{server_url}/v1", "save": save,
+                    "epochs": hyper.epochs, "lr": format(hyper.lr, "g"), "type": "dflash",
+                    "block_size": hyper.block_size, "target_layer_ids": list(ids.trainer),
+                    "seq_len": hyper.max_seq_len}
+    train_env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, training.training_gpus)),
+                 "HF_HUB_OFFLINE": "1"}
+    trainer, arg_groups = speculators_driver.train(version, speculators.venv, speculators.checkout,
+                                                   len(training.training_gpus), train_values, hyper.extra_args,
+                                                   converted_dir, train_env)
     # The summary shows each group as the launch script spells it.
     args = [" ".join(shlex.quote(word) for word in group) for group in arg_groups]
     script = HostFile(script_path, render(
         "training_node/train.sh.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
         server_gpus=server.gpus, unit_name=TRAINING_UNIT, num_verifier_layers=num_verifier_layers,
-        num_layers=hyper.num_layers, ids=ids, save=save, start_from=drafter_dir,
-        torchrun=f"{speculators.venv}/bin/torchrun", train_py=f"{speculators.checkout}/scripts/train.py",
-        train_args=arg_groups, **probe), "0755")
+        num_layers=hyper.num_layers, ids=ids, save=save, start_from=converted_dir,
+        command=trainer.command, train_args=arg_groups, from_pretrained=trainer.argv[-2],
+        environment=train_env, **probe), "0755")
     log = f"{save}/train.log"
     job_unit = HostFile(f"/etc/systemd/system/{TRAINING_UNIT}", render(
         "training_node/training.service.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
@@ -190,13 +237,13 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         "dflash-training", "TrainingJob", TRAINING_UNIT, [script, job_unit],
         render("training_node/unit.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
                       summary=f"torchrun on GPUs {list(training.training_gpus)}; checkpoints in {save}.",
-                      files=[script, job_unit], needs=[f"{dataset_dir}/SHA256SUMS", f"{drafter_dir}/.gpuhosts-download"],
+                      files=[script, job_unit], needs=[f"{dataset_dir}/SHA256SUMS", f"{converted_dir}/.gpuhosts-convert"],
                       secret_file=None, make_dirs=[save]),
         render("training_node/unit-teardown.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
                keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
                remove=[job_unit.path, script.path], delete_dirs=delete_dirs,
                empty_dirs=[script_path.rsplit("/", 1)[0], SERVICE_ROOT]),
-        (check.key, dataset.key, download_steps["drafter"].key, "env-speculators"))
+        (check.key, dataset.key, convert_step.key, "env-speculators"))
 
     # --- the monitor ------------------------------------------------------------------------------------------
     monitor = training.monitor
@@ -233,21 +280,34 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         "verifier": {"repo": training.verifier.repo, "dir": verifier_dir, "layers": num_verifier_layers},
         "startFrom": {"repo": training.drafter.repo, "dir": drafter_dir, "gated": training.drafter.gated},
         "environments": {name: env.requirement for name, env in envs.items()},
+        "convert": {"dir": converted_dir, "argv": convert.words, "checks": declared},
         "server": {"unit": SERVER_UNIT, "url": server_url, "argv": server_argv, "environment": server_env},
         "training": {"unit": TRAINING_UNIT, "script": script_path, "nprocPerNode": len(training.training_gpus),
-                     "args": args, "checkpoints": save, "log": log},
+                     "program": trainer.program, "args": args, "startFrom": converted_dir, "checkpoints": save,
+                     "log": log},
         "dataset": {"dir": dataset_dir, "samples": training.dataset.samples, "source": training.dataset.source},
         "monitor": {"unit": MONITOR_UNIT, "listen": f"{monitor.bind}:{monitor.port}",
                     "token": f"gpuhosts:{monitor.token_secret}" if monitor.token_secret else None},
         "diskNeededGb": need_gb,
         "keptOnDestroy": [d for d, delete in ((verifier_dir, training.verifier.delete_on_destroy),
                                               (drafter_dir, training.drafter.delete_on_destroy),
+                                              (converted_dir, training.drafter.delete_on_destroy),
                                               (dataset_dir, training.dataset.delete_on_destroy),
                                               (save, training.delete_checkpoints_on_destroy)) if not delete],
     }
-    graph = UnitGraph([preflight, *env_steps.values(), *download_steps.values(), dataset, server_step, check, job,
-                       monitor_step])
-    return TrainingPlan(graph=graph, ids=ids, summary=summary)
+    graph = UnitGraph([preflight, *env_steps.values(), *download_steps.values(), convert_step, dataset, server_step,
+                       check, job, monitor_step])
+    served = speculators_driver.Invocation(
+        "vllm-serve", "vllm", training.vllm.version, "vllm serve", (f"{vllm_env.venv}/bin/python", "-m",
+                                                                    "vllm.entrypoints.cli.main", "serve"),
+        tuple(speculators_driver.served_vllm_argv(verifier_dir, states_dir, ids.server, vllm_args)), server_env)
+    return TrainingPlan(graph=graph, ids=ids, summary=summary, invocations=(convert, launch, served, trainer))
+
+
+def engine_invocations(stack: TrainerStack) -> list[dict]:
+    """Every speculators and vLLM command the node runs, as its own parser receives it: name, package, version,
+    program, argv (the words after the interpreter or script), environment."""
+    return [invocation.as_dict() for invocation in plan_training_node(stack).invocations]
 
 
 MONITOR_HEADERS = {".py": "# {}", ".html": "<!-- {} -->", ".css": "/* {} */", ".js": "// {}"}

@@ -16,6 +16,7 @@ COMMANDS = {  # program -> (module, function)
     # not in bin/: these live inside a container's tree, where a script has to install them first
     "python3": ("pytools", "cmd_python3"), "venv-python": ("pytools", "cmd_venv_python"), "uv": ("pytools", "cmd_uv"),
     "vllm": ("pytools", "cmd_vllm"), "hf": ("hub", "cmd_hf"), "torchrun": ("pytools", "cmd_torchrun"),
+    "speculators": ("pytools", "cmd_speculators"),
 }
 
 

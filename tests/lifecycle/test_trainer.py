@@ -14,7 +14,7 @@ from sshhost.bed import names, record_program, write_plan
 from trainer_node import StateServer, node_values, prepare_node
 
 TOKEN = "hf_TrainerLifecycleToken61e0"
-UNITS = 11
+UNITS = 12
 
 
 @pytest.fixture

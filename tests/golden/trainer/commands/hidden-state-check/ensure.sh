@@ -1,9 +1,9 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=hidden-state-check]
-# Pre-flight after the hidden-state server (step 08789024854da53d) starts: refuse to train on all-zero states.
+# Pre-flight after the hidden-state server (step 7fd435b816d2d80f) starts: refuse to train on all-zero states.
 # probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check the states
 # it wrote are not all zero. Shared by the pre-flight step and the launch script.
 probe_hidden_states() {
-  local server=http://127.0.0.1:8000 states_dir=/data/hidden_states timeout_s=1800 states deadline since newest
+  local server=http://127.0.0.1:8000 states_dir=/data/hidden_states timeout_s=1800 write_timeout_s=120 states deadline response
   states="$root$states_dir"
   deadline=$(($(date +%s) + timeout_s))
   until curl -fsS -o /dev/null "$server/health"; do
@@ -11,16 +11,16 @@ probe_hidden_states() {
     sleep 10
   done
   mkdir -p "$states"
-  since="$(mktemp "$states/.probe.XXXXXX")"
-  curl -fsS -o /dev/null -H 'Content-Type: application/json' "$server/v1/completions" \
-    -d '{"model": "/data/models/Qwen/Qwen3.6-27B", "prompt": "Explain in one sentence why the sky is blue.", "max_tokens": 1}' || { rm -f "$since"; echo "the probe request to $server failed" >&2; return 1; }
-  newest="$(find "$states" -name '*.safetensors' -newer "$since" -printf '%T@ %p\n' | sort -n | tail -n 1 | cut -d' ' -f2-)"
-  rm -f "$since"
-  [ -n "$newest" ] || { echo "the server wrote no hidden states under $states_dir for the probe" >&2; return 1; }
-  # The probe's states are ours to remove; the server keeps caching the training's own.
+  response="$(mktemp "$states/.probe-response.XXXXXX")"
+  curl -fsS -o "$response" -H 'Content-Type: application/json' "$server/v1/completions" \
+    -d '{"model": "/data/models/Qwen/Qwen3.6-27B", "prompt": "Explain in one sentence why the sky is blue.", "max_tokens": 1}' || { rm -f "$response"; echo "the probe request to $server failed" >&2; return 1; }
+  # The response names the file (kv_transfer_params.hidden_states_path); the server writes it afterwards, behind
+  # <file>.lock, which the check waits on before reading. The probe's file and lock are removed after the check;
+  # stale locks of files already gone are swept.
   local status=0
-  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py "$newest" || status=$?
-  rm -f "$newest"
+  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py --response "$response" --root "$root" \
+    --timeout "$write_timeout_s" --sweep "$states" || status=$?
+  rm -f "$response"
   return "$status"
 }
 

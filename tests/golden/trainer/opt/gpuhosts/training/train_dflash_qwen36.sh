@@ -9,7 +9,7 @@ save=/data/checkpoints/Qwen3.6-27B-DFlash
 # probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check the states
 # it wrote are not all zero. Shared by the pre-flight step and the launch script.
 probe_hidden_states() {
-  local server=http://127.0.0.1:8000 states_dir=/data/hidden_states timeout_s=1800 states deadline since newest
+  local server=http://127.0.0.1:8000 states_dir=/data/hidden_states timeout_s=1800 write_timeout_s=120 states deadline response
   states="$root$states_dir"
   deadline=$(($(date +%s) + timeout_s))
   until curl -fsS -o /dev/null "$server/health"; do
@@ -17,24 +17,25 @@ probe_hidden_states() {
     sleep 10
   done
   mkdir -p "$states"
-  since="$(mktemp "$states/.probe.XXXXXX")"
-  curl -fsS -o /dev/null -H 'Content-Type: application/json' "$server/v1/completions" \
-    -d '{"model": "/data/models/Qwen/Qwen3.6-27B", "prompt": "Explain in one sentence why the sky is blue.", "max_tokens": 1}' || { rm -f "$since"; echo "the probe request to $server failed" >&2; return 1; }
-  newest="$(find "$states" -name '*.safetensors' -newer "$since" -printf '%T@ %p\n' | sort -n | tail -n 1 | cut -d' ' -f2-)"
-  rm -f "$since"
-  [ -n "$newest" ] || { echo "the server wrote no hidden states under $states_dir for the probe" >&2; return 1; }
-  # The probe's states are ours to remove; the server keeps caching the training's own.
+  response="$(mktemp "$states/.probe-response.XXXXXX")"
+  curl -fsS -o "$response" -H 'Content-Type: application/json' "$server/v1/completions" \
+    -d '{"model": "/data/models/Qwen/Qwen3.6-27B", "prompt": "Explain in one sentence why the sky is blue.", "max_tokens": 1}' || { rm -f "$response"; echo "the probe request to $server failed" >&2; return 1; }
+  # The response names the file (kv_transfer_params.hidden_states_path); the server writes it afterwards, behind
+  # <file>.lock, which the check waits on before reading. The probe's file and lock are removed after the check;
+  # stale locks of files already gone are swept.
   local status=0
-  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py "$newest" || status=$?
-  rm -f "$newest"
+  "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py --response "$response" --root "$root" \
+    --timeout "$write_timeout_s" --sweep "$states" || status=$?
+  rm -f "$response"
   return "$status"
 }
 
 # The server must be up, and its hidden states non-zero, before the first step.
 probe_hidden_states
 
-# Resume from the newest checkpoint (a directory with a config.json) after a restart; else start from the drafter.
-start=/data/models/z-lab/Qwen3.6-27B-DFlash
+# Resume from the newest checkpoint (a directory with a config.json) after a restart; else start from the drafter
+# as converted to a speculators checkpoint.
+start=/data/models/z-lab/Qwen3.6-27B-DFlash.speculators
 newest="$(find "$root$save" -mindepth 1 -maxdepth 1 -type d -exec test -f '{}/config.json' ';' -printf '%T@ %p\n' 2>/dev/null \
   | sort -n | tail -n 1 | cut -d' ' -f2-)"
 if [ -n "$newest" ]; then
@@ -48,14 +49,12 @@ export HF_HUB_OFFLINE=1
 exec "$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py \
   --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B \
   --data-path /data/data/qwen36-mix-913k \
-  --vllm-endpoint http://127.0.0.1:8000 \
+  --vllm-endpoint http://127.0.0.1:8000/v1 \
   --save-path /data/checkpoints/Qwen3.6-27B-DFlash \
   --epochs 3 \
   --lr 0.0003 \
   --speculator-type dflash \
   --block-size 16 \
-  --num-layers 5 \
   --target-layer-ids 2 17 32 47 62 \
-  --mask-token-id 248077 \
-  --sliding-window 2048 \
+  --total-seq-len 8192 \
   --from-pretrained "$start"

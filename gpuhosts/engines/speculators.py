@@ -1,0 +1,174 @@
+"""The speculators driver: how a training node converts, serves hidden states for, and trains a DFlash drafter.
+
+vllm-project/speculators provides three programs a training node runs:
+
+* **convert** — turns z-lab's DFlash checkpoint into a speculators checkpoint (its layer types, sliding window,
+  mask token and weights kept), which `--from-pretrained` then loads;
+* **launch** — `scripts/launch_vllm.py` of the repository (not in the wheel), run with the vLLM environment's
+  Python: the hidden-state server;
+* **train** — the trainer, under `torchrun`.
+
+What changes between releases (which program, how it is started, flag names) is a row of `ROWS`, keyed by a
+version range and citing the source it was read from; the argv builders below hold what every row shares. A bump
+of `training.speculators.version` is therefore one changed value in the stack, and a release no row covers is
+refused with the reason instead of being guessed at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+PACKAGE = "speculators"
+REPOSITORY = "https://github.com/vllm-project/speculators"
+ALGORITHM = "dflash"
+
+# speculators 0.7.x has no CLI for DFlash conversion (its `speculators convert --algorithm` offers only eagle,
+# eagle3 and mtp: src/speculators/__main__.py, v0.7.0.1), but its Python API does
+# (src/speculators/convert/entrypoints.py convert_model, algorithm "dflash"). The words after `-c CODE` are
+# model, verifier, algorithm and output path, in that order.
+CONVERT_API_CODE = ("import sys; from speculators.convert import convert_model; "
+                    "convert_model(model=sys.argv[1], verifier=sys.argv[2], algorithm=sys.argv[3], "
+                    "output_path=sys.argv[4])")
+
+# The train.py flags the node uses, by meaning; a release that renames one changes its row's `flags`.
+TRAIN_FLAGS = {
+    "verifier": "--verifier-name-or-path", "data": "--data-path", "endpoint": "--vllm-endpoint",
+    "save": "--save-path", "epochs": "--epochs", "lr": "--lr", "type": "--speculator-type",
+    "block_size": "--block-size", "target_layer_ids": "--target-layer-ids", "seq_len": "--total-seq-len",
+    "from_pretrained": "--from-pretrained",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """What one range of speculators releases needs; `source` names where each fact was read."""
+
+    versions: SpecifierSet
+    convert: str  # "api": python -c CONVERT_API_CODE; "cli": the `speculators convert` console script
+    train: str  # "script": <checkout>/scripts/train.py; "module": python -m speculators.train
+    source: str
+    flags: dict[str, str] = field(default_factory=lambda: dict(TRAIN_FLAGS))
+    launch_script: str = "scripts/launch_vllm.py"
+
+    @property
+    def convert_program(self) -> str:
+        return "speculators.convert.convert_model" if self.convert == "api" else "speculators convert"
+
+    @property
+    def train_program(self) -> str:
+        return "scripts/train.py" if self.train == "script" else "speculators.train"
+
+
+ROWS: tuple[Row, ...] = (
+    Row(SpecifierSet(">=0.7.0,<0.8.0"), convert="api", train="script", source=(
+        "speculators v0.7.0 (the same files in v0.7.0.1): scripts/train.py (TrainConfig.resolve; src/speculators/train/config/schema.py "
+        "and resolution.py: --total-seq-len, --full-attention-indices, --from-pretrained refuses --num-layers and "
+        "--sliding-window), scripts/launch_vllm.py parse_args, src/speculators/convert/dflash/converter.py "
+        "DFlashConverter._build_config (keeps layer_types, sliding_window, dflash_config.mask_token_id); "
+        "src/speculators/__main__.py convert offers no dflash")),
+    Row(SpecifierSet(">=0.8.1,<0.10.0"), convert="cli", train="module", source=(
+        "speculators 0.8.1 and 0.9.0 sdists: src/speculators/cli/convert.py (AlgorithmChoice has dflash), "
+        "src/speculators/train/__main__.py (`torchrun -m speculators.train`, TrainConfig.resolve), "
+        "src/speculators/train/config/schema.py; launch_vllm.py is still the repository's script "
+        "(src/speculators/train/config/schema.py: target ids 'excluding the final layer launch_vllm.py appends')")),
+)
+
+
+def row(version: str) -> Row:
+    """The row of a release, or ValueError naming the ranges gpuhosts knows."""
+    for candidate in ROWS:
+        if Version(version) in candidate.versions:
+            return candidate
+    known = "; ".join(str(r.versions) for r in ROWS)
+    raise ValueError(f"speculators {version} is in no checked row of gpuhosts/engines/speculators.py ({known}): "
+                     "check its convert and train programs against its sources and add a row")
+
+
+def requirement(spec) -> str:
+    """What uv installs: the release, or a git ref of the repository."""
+    source = spec.repository or REPOSITORY
+    return f"{PACKAGE} @ git+{source}@{spec.git_ref}" if spec.git_ref else f"{PACKAGE}=={spec.version}"
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One command the node runs: `command` (interpreter or console script and what precedes the program's own
+    arguments) + `argv` (what the program's parser receives)."""
+
+    name: str
+    package: str
+    version: str
+    program: str
+    command: tuple[str, ...]
+    argv: tuple[str, ...]
+    environment: dict[str, str]
+
+    @property
+    def words(self) -> list[str]:
+        return [*self.command, *self.argv]
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "package": self.package, "version": self.version, "program": self.program,
+                "argv": list(self.argv), "environment": dict(self.environment)}
+
+
+def convert(version: str, venv: str, drafter_dir: str, verifier_dir: str, output_dir: str) -> Invocation:
+    """z-lab's checkpoint → a speculators checkpoint in `output_dir`, on the CPU (no validation device)."""
+    found = row(version)
+    if found.convert == "api":
+        command, argv = (f"{venv}/bin/python", "-c", CONVERT_API_CODE), (drafter_dir, verifier_dir, ALGORITHM,
+                                                                       output_dir)
+    else:
+        command = (f"{venv}/bin/speculators", "convert")
+        argv = (drafter_dir, "--verifier", verifier_dir, "--algorithm", ALGORITHM, "--output-path", output_dir)
+    return Invocation("speculators-convert", PACKAGE, version, found.convert_program, command, argv,
+                      {"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"})
+
+
+def launch(version: str, vllm_venv: str, checkout: str, verifier_dir: str, states_dir: str,
+           trainer_ids: tuple[int, ...], vllm_args: list[str], environment: dict[str, str]) -> Invocation:
+    """The hidden-state server: launch_vllm.py with the vLLM environment's Python; it appends the last layer to
+    `trainer_ids` itself (--include-last-layer, default on) and passes the words after `--` to `vllm serve`."""
+    found = row(version)
+    argv = (verifier_dir, "--hidden-states-path", states_dir, "--target-layer-ids", *map(str, trainer_ids), "--",
+            *vllm_args)
+    return Invocation("speculators-launch-vllm", PACKAGE, version, found.launch_script,
+                      (f"{vllm_venv}/bin/python", f"{checkout}/{found.launch_script}"), argv, environment)
+
+
+def served_vllm_argv(verifier_dir: str, states_dir: str, server_ids: tuple[int, ...], vllm_args: list[str]) -> list[str]:
+    """What launch_vllm.py hands `vllm serve` (speculators v0.7.0.1 scripts/launch_vllm.py main): the
+    extract_hidden_states speculative config, the ExampleHiddenStatesConnector writing under `states_dir`, the
+    words after `--`, and --no-enable-chunked-prefill."""
+    import json
+
+    speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                   "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(server_ids)}}}
+    transfer = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+                "kv_connector_extra_config": {"shared_storage_path": states_dir}}
+    argv = [verifier_dir, "--speculative_config", json.dumps(speculative), "--kv_transfer_config", json.dumps(transfer),
+            *vllm_args]
+    return argv if "--no-enable-chunked-prefill" in argv else [*argv, "--no-enable-chunked-prefill"]
+
+
+def train(version: str, venv: str, checkout: str, nproc: int, values: dict[str, object], extra_args: tuple[str, ...],
+          start: str, environment: dict[str, str]) -> tuple[Invocation, list[list[str]]]:
+    """The trainer under torchrun, and its arguments grouped one flag per group (the launch script puts each on
+    a line). `values` maps TRAIN_FLAGS meanings to values (a list for several words). The groups leave out
+    `--from-pretrained`, which the launch script appends last (the newest checkpoint, else `start`); the
+    invocation's argv ends with it and `start`."""
+    found = row(version)
+    groups = []
+    for meaning, value in values.items():
+        words = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        groups.append([found.flags[meaning], *words])
+    groups += [[a] for a in extra_args]
+    if found.train == "script":
+        command = (f"{venv}/bin/torchrun", "--standalone", "--nproc_per_node", str(nproc), f"{checkout}/scripts/train.py")
+    else:
+        command = (f"{venv}/bin/torchrun", "--standalone", "--nproc_per_node", str(nproc), "-m", "speculators.train")
+    argv = (*(word for group in groups for word in group), found.flags["from_pretrained"], start)
+    return Invocation("speculators-train", PACKAGE, version, found.train_program, command, argv, environment), groups

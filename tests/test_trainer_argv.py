@@ -1,0 +1,94 @@
+"""The trainer stack's speculators command lines against the flag tables of speculators' own parsers, captured by
+tests/verify_engines/check_speculators.py from the real packages (tests/fixtures/engines/speculators-*.json):
+every flag is one the program knows, every value within its choices, every required flag present — for the pinned
+release and for 0.9.0, the stack rendered with only speculators.version changed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from conftest import FIXTURES, TRAINER_SECRETS, trainer_values
+from gpuhosts.plans.training_node import engine_invocations
+from gpuhosts.training import validate_trainer_stack
+
+PINNED = validate_trainer_stack(trainer_values(), TRAINER_SECRETS)
+
+
+def stack_at(version: str):
+    training = PINNED.training
+    return dataclasses.replace(PINNED, training=training.model_copy(
+        update={"speculators": training.speculators.model_copy(update={"version": version})}))
+
+
+def fixture(version: str) -> dict:
+    return json.loads((FIXTURES / "engines" / f"speculators-{version}.json").read_text())
+
+
+def words_of(argv: list[str], flags: dict) -> list[tuple[str, list[str]]]:
+    """(flag, its values) in order; positional words before the first flag, and everything after `--`, left out."""
+    found, current = [], None
+    for word in argv:
+        if word == "--":
+            break
+        if word in flags or (word.startswith("--") and len(word) > 2):
+            current = (word, [])
+            found.append(current)
+        elif current is not None:
+            current[1].append(word)
+    return found
+
+
+VERSIONS = [PINNED.training.speculators.version, "0.9.0"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_flag_is_known_with_a_value_it_accepts(version):
+    table = fixture(version)
+    assert table["version"] == version and all(table["flags"].values()), "a parser's table is missing"
+    invocations = [i for i in engine_invocations(stack_at(version)) if i["package"] == "speculators"]
+    assert {i["version"] for i in invocations} == {version}
+    assert {i["program"] for i in invocations} == set(table["flags"])
+    for invocation in invocations:
+        flags = table["flags"][invocation["program"]]
+        if invocation["program"] == "speculators.convert.convert_model":
+            assert len(invocation["argv"]) == 4 and invocation["argv"][2] in flags["algorithm"]["choices"]
+            continue
+        used = words_of(invocation["argv"], flags)
+        for flag, values in used:
+            assert flag in flags, f"{invocation['name']}: {flag} is not a flag of {invocation['program']} {version}"
+            spec = flags[flag]
+            assert bool(values) == spec["takesValue"], f"{flag} {values}"
+            if spec["choices"] is not None:
+                assert all(v in spec["choices"] for v in values), f"{flag} {values} not in {spec['choices']}"
+        required = {f for f, spec in flags.items() if spec.get("required")}
+        assert required <= {f for f, _ in used}, f"{invocation['name']} lacks {required - {f for f, _ in used}}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_trainer_gets_the_layout_from_the_converted_drafter(version):
+    (train,) = [i for i in engine_invocations(stack_at(version)) if i["name"] == "speculators-train"]
+    argv = train["argv"]
+    # --from-pretrained refuses the decoder-shaping flags beside it; the converted config carries [S,S,S,S,F].
+    assert not {"--num-layers", "--sliding-window", "--full-attention-indices"} & set(argv)
+    assert argv[-2:] == ["--from-pretrained", "/data/models/z-lab/Qwen3.6-27B-DFlash.speculators"]
+    endpoint = argv[argv.index("--vllm-endpoint") + 1]
+    assert endpoint == "http://127.0.0.1:8000/v1"  # the OpenAI client's base URL
+    assert argv[argv.index("--total-seq-len") + 1] == str(PINNED.training.hyper.max_seq_len)
+
+
+def test_a_bump_to_0_9_0_is_one_value():
+    pinned, bumped = engine_invocations(PINNED), engine_invocations(stack_at("0.9.0"))
+    programs = {i["name"]: i["program"] for i in bumped}
+    assert programs["speculators-convert"] == "speculators convert"
+    assert programs["speculators-train"] == "speculators.train"
+    # The trainer's flags are the same words; only how the programs are started differs.
+    train = {i["name"]: i for i in pinned}["speculators-train"]
+    assert {i["name"]: i for i in bumped}["speculators-train"]["argv"] == train["argv"]
+
+
+def test_a_release_without_a_row_is_refused():
+    with pytest.raises(ValueError, match="speculators 0.5.0 is in no checked row"):
+        engine_invocations(stack_at("0.5.0"))
