@@ -190,7 +190,7 @@ def test_hf_config_facts(tmp_path):
     d = json.loads((host / CT / "srv/models/d/config.json").read_text())
     assert q["num_hidden_layers"] == 64 and q["architectures"] == ["Qwen3_5ForConditionalGeneration"]
     assert set(q["layer_types"]) == {"linear_attention", "full_attention"} and len(q["layer_types"]) == 64
-    assert d["dflash_config"] == {"target_layer_ids": [1, 16, 31, 46, 61], "block_size": 16, "mask_token_id": 248077}
+    assert d["dflash_config"] == {"target_layer_ids": [1, 16, 31, 46, 61], "block_size": 16, "mask_token_id": 248070}
     assert d["layer_types"][-1] == "full_attention" and d["sliding_window"] == 2048
     index = json.loads((host / CT / "srv/models/q/model.safetensors.index.json").read_text())
     assert sorted(set(index["weight_map"].values())) == QWEN_FILES[1:4]

@@ -154,6 +154,7 @@ def test_trainer_plan_shows_the_gpu_split_and_the_three_layer_id_lists(tmp_path)
     assert training["layerIds"] == {"drafterConfig": [1, 16, 31, 46, 61], "trainer": [2, 17, 32, 47, 62],
                                     "serverExtracts": [2, 17, 32, 47, 62, 64]}
     assert training["keptOnDestroy"] == ["/data/models/Qwen/Qwen3.6-27B", "/data/models/z-lab/Qwen3.6-27B-DFlash",
+                                         "/data/models/z-lab/Qwen3.6-27B-DFlash.speculators",
                                          "/data/data/qwen36-mix-913k", "/data/checkpoints/Qwen3.6-27B-DFlash"]
     assert "layer ids: drafter config [1, 16, 31, 46, 61], trainer [2, 17, 32, 47, 62], server extracts" in result.stdout
     script = (tmp_path / "trainer" / "hosts" / "trainer" / "opt/gpuhosts/training/train_dflash_qwen36.sh").read_text()

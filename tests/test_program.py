@@ -173,9 +173,11 @@ TRAINER_UNITS = {
     "model-qwen3-6-27b": ["preflight"],
     "model-qwen3-6-27b-dflash": ["preflight"],
     "dataset-qwen36-mix-913k": ["preflight"],
+    # z-lab's checkpoint becomes a speculators one; the check of its config.json needs the verifier's too.
+    "drafter-convert": ["env-speculators", "model-qwen3-6-27b", "model-qwen3-6-27b-dflash"],
     "hidden-state-server": ["env-speculators", "env-vllm", "model-qwen3-6-27b"],
     "hidden-state-check": ["hidden-state-server"],
-    "dflash-training": ["dataset-qwen36-mix-913k", "env-speculators", "hidden-state-check", "model-qwen3-6-27b-dflash"],
+    "dflash-training": ["dataset-qwen36-mix-913k", "drafter-convert", "env-speculators", "hidden-state-check"],
     # The monitor only reads the training's log and checkpoints.
     "training-monitor": ["env-monitor"],
 }

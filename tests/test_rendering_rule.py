@@ -40,6 +40,7 @@ ALLOWLIST = {
         "it is built, and the behavioural tests below run the probes with hostile values",
     ("gate_probe/gate.py.j2", "source"): "gpuhosts/plans/gate_probe.py verbatim: code of this repository",
     ("training_node/check-hidden-states.py.j2", "source"): "gpuhosts/plans/hidden_state_check.py verbatim",
+    ("training_node/check-drafter-config.py.j2", "source"): "gpuhosts/plans/drafter_config.py verbatim",
 }
 # modprobe.d runs an `install` line through /bin/sh, so its files follow the bash rules; modules-load.d has only
 # module names and comments.

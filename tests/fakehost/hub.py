@@ -48,7 +48,7 @@ def _qwen() -> dict:
     files = {"config.json": _json({"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
                                    **{k: v for k, v in text.items() if k != "model_type"}, "text_config": text,
                                    "torch_dtype": "bfloat16", "transformers_version": "4.57.1"}),
-             "tokenizer.json": _json({"version": "1.0", "added_tokens": [{"id": 248077, "content": "<|mask|>"}],
+             "tokenizer.json": _json({"version": "1.0", "added_tokens": [{"id": 248070, "content": "<|mask|>"}],
                                       "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})}
     weight_map, total = {}, 0
     for shard in range(1, 4):
@@ -65,7 +65,8 @@ def _dflash() -> dict:
     return {"gated": True, "files": {
         "config.json": _json({"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "num_hidden_layers": 5,
                               "dflash_config": {"target_layer_ids": [1, 16, 31, 46, 61], "block_size": 16,
-                                                "mask_token_id": 248077},
+                                                # Public copies of z-lab/Qwen3.6-27B-DFlash's config.json.
+                                                "mask_token_id": 248070},
                               "layer_types": ["sliding_attention"] * 4 + ["full_attention"], "sliding_window": 2048,
                               "use_sliding_window": True, "hidden_size": 5120, "torch_dtype": "bfloat16"}),
         "model.safetensors": safetensors("z-lab/Qwen3.6-27B-DFlash/model.safetensors",
