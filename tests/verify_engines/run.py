@@ -62,9 +62,10 @@ class Target:
 
 
 def load(stack_file: Path):
-    from gpuhosts.config import stack_kind, StackKind, validate_stack
+    from gpuhosts.config import stack_kind, StackKind
+    from gpuhosts.stacks import validate_stack
     from gpuhosts.plan import read_stack_file, stand_in_secrets
-    from gpuhosts.training import validate_trainer_stack
+    from gpuhosts.stacks import validate_trainer_stack
 
     values, secure, _ = stand_in_secrets(*read_stack_file(stack_file))
     if stack_kind(values) is StackKind.TRAINER:
@@ -172,7 +173,8 @@ def check(target: Target, venv: Path) -> dict:
 
 
 def write_fixture(target: Target, result: dict) -> None:
-    if not result.get("flags"):
+    """Only from a check that passed: a failed one may have seen less (a program it could not reach)."""
+    if not result.get("ok") or not result.get("flags"):
         return
     FIXTURES.mkdir(parents=True, exist_ok=True)
     source = result.get("source") or PARSERS[target.package]
