@@ -56,7 +56,7 @@ everything = gpuhosts_values(keys)
 
 if validated(lambda raw, _secrets, _others: stack_kind(raw), everything, set(), others) is StackKind.TRAINER:
     from components.training_node import TrainingNode
-    from gpuhosts.training import validate_trainer_stack
+    from gpuhosts.stacks import validate_trainer_stack
 
     raw = {**{key: None for key in TRAINER_SECTIONS}, **everything}
     secret_keys = secret_keys_among(set(everything) | {"sshPrivateKey"} | referenced_training_secrets(raw["training"]))
@@ -69,7 +69,7 @@ if validated(lambda raw, _secrets, _others: stack_kind(raw), everything, set(), 
 else:
     from components.proxmox_host import ProxmoxHost
     from gpuhosts.plans.proxmox_host import summarize_host
-    from gpuhosts.config import validate_stack
+    from gpuhosts.stacks import validate_stack
 
     raw = {**{key: None for key in SECTIONS}, **everything}
     secret_keys = secret_keys_among(set(everything) | {"sshPrivateKey"} | referenced_secrets(raw["services"]))

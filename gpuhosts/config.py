@@ -394,52 +394,6 @@ def kind_problems(raw: dict[str, Any], kind: StackKind) -> list[Problem]:
                                                       f"{kind.value} stack's; {KIND_HELP}")]
 
 
-def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset(),
-                   other_keys=()) -> StackConfig:
-    """Turn the stack's `gpuhosts:*` values (namespace stripped) into a StackConfig, or raise ConfigError.
-
-    Each section and each list entry is validated on its own, so one run reports every problem in the stack.
-    `secret_keys` are the keys set as secrets (`pulumi config set --secret`); services may only name those.
-    """
-    from gpuhosts.services import check_stack_services, referenced_secrets, validate_service_entries
-
-    problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.PROXMOX)
-    problems += stray_key_problems(raw, SECTIONS, SECRET_KEYS, referenced_secrets(raw.get("services")), secret_keys,
-                                   "is not a gpuhosts setting")
-
-    def section(model: type[_Model], key: str) -> Any:
-        if raw.get(key) is None:
-            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="is required"))
-            return None
-        return _validate_at(model, raw[key], (key,), problems)
-
-    def entries(model: type[_Model], key: str) -> list[tuple[int, Any]]:
-        value = raw.get(key) or []
-        if not isinstance(value, list):
-            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="must be a list"))
-            return []
-        checked = [(i, _validate_at(model, item, (key, i), problems)) for i, item in enumerate(value)]
-        return [(i, item) for i, item in checked if item is not None]
-
-    host = section(HostConfig, "host")
-    nvidia = _validate_at(NvidiaConfig, raw["nvidia"], ("nvidia",), problems) if raw.get("nvidia") is not None else None
-    gpus = entries(GpuConfig, "gpus")
-    containers = entries(ContainerConfig, "containers")
-    services = validate_service_entries(raw.get("services"), problems)
-    if not raw.get("gpus"):
-        problems.append(Problem(path=f"{NAMESPACE}:gpus", message="declares no GPU; list the host's GPUs with their `use`"))
-    problems += _cross_field_problems(host, nvidia, raw.get("nvidia") is not None, gpus, containers)
-    if problems:
-        raise ConfigError(problems)
-    stack = StackConfig(host=host, nvidia=nvidia, gpus=tuple(g for _, g in gpus), containers=tuple(c for _, c in containers))
-    if not services:
-        return stack
-    service_warnings = check_stack_services(services, stack, set(secret_keys), problems)
-    if problems:
-        raise ConfigError(problems)
-    return stack.model_copy(update={"services": tuple(s for _, s in services), "service_warnings": tuple(service_warnings)})
-
-
 def stray_key_problems(raw: dict[str, Any], sections: tuple[str, ...], known_secrets: tuple[str, ...],
                        named_secrets: set[str], secret_keys: set[str] | frozenset[str], unknown: str) -> list[Problem]:
     """Keys of a stack that are neither its sections nor set as secrets: a secret given in plain text (said without

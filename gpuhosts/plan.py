@@ -16,7 +16,9 @@ from typing import Any
 
 import yaml
 
-from gpuhosts.config import NAMESPACE, StackKind, stack_kind, validate_stack
+from gpuhosts.config import NAMESPACE, StackKind, stack_kind
+
+from gpuhosts.stacks import validate_stack
 from gpuhosts.services import referenced_secrets
 
 SECRET = "[secret]"
@@ -177,7 +179,7 @@ def load_stack(values: dict[str, Any], secure: set[str], other_keys=()):
 
     if stack_kind(values) is StackKind.TRAINER:
         from gpuhosts.plans.training_node import plan_training_node
-        from gpuhosts.training import validate_trainer_stack
+        from gpuhosts.stacks import validate_trainer_stack
 
         trainer = require_locks(validate_trainer_stack(values, secure, other_keys))
         return trainer.node.name, plan_training_node(trainer).graph, list(trainer.warnings)

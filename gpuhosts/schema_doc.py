@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from gpuhosts.config import NAMESPACE, ContainerConfig, GpuConfig, HostConfig, NvidiaConfig
+from gpuhosts.config import KIND_HELP, NAMESPACE, ContainerConfig, GpuConfig, HostConfig, NvidiaConfig
 from gpuhosts.render import PROJECT_ROOT
 from gpuhosts.services import ServiceConfig
 from gpuhosts.training import NodeConfig, TrainingConfig
@@ -118,8 +118,6 @@ if __name__ == "__main__":
 def project_config() -> dict:
     """Pulumi.yaml's `config:` block: the keys every stack has (the CLI requires a declared key without a default in
     every stack), described as the models describe them."""
-    from gpuhosts.config import KIND_HELP
-
     return {
         f"{NAMESPACE}:kind": {"type": "string", "description": f"Which kind of stack this is; {KIND_HELP}."},
         f"{NAMESPACE}:sshPrivateKey": {"type": "string", "secret": True, "description": (

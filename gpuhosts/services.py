@@ -379,23 +379,6 @@ def validate_service_entries(raw: Any, problems: list[Problem]) -> list[tuple[in
     return [(i, s) for i, s in checked if s is not None]
 
 
-def check_stack_services(services: list[tuple[int, ServiceConfig]], stack: StackConfig, secret_keys: set[str],
-                         problems: list[Problem]) -> list[str]:
-    """Rules across services and against the stack, then the compatibility rules: errors are appended to
-    `problems`, warnings returned."""
-    from gpuhosts.compat import Severity, check_services
-
-    problems += _service_problems(services, stack, secret_keys)
-    found = []
-    for finding in check_services([s for _, s in services], positions=[i for i, _ in services]):
-        text = f"{finding.message} — {finding.reason} Fix: {finding.fix} [rule {finding.rule}; {finding.source}]"
-        if finding.severity is Severity.ERROR:
-            problems.append(Problem(path=finding.path, message=text))
-        else:
-            found.append(f"{finding.path}: {text}")
-    return found
-
-
 def validate_services(raw: Any, stack: StackConfig, secret_keys: set[str] | frozenset[str] = frozenset()) -> tuple[ServiceConfig, ...]:
     """Turn the stack's `gpuhosts:services` value into typed services, or raise ConfigError naming every problem.
 

@@ -15,26 +15,11 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuhosts.config import (
-    DRIVER_VERSION,
-    HOSTNAME,
-    NAMESPACE,
-    SHA256,
-    ConfigError,
-    Problem,
-    SshConfig,
-    _Model,
-    StackKind,
-    kind_problems,
-    namespace_problems,
-    ssh_placeholders,
-    stray_key_problems,
-    _validate_at,
-)
-from gpuhosts.fields import below, ip_address, placeholder_digest, placeholder_url, safe_directory
-from gpuhosts_monitor.bind import is_loopback
-from gpuhosts.compat import model_facts
+from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, Problem, SshConfig, _Model
+from gpuhosts.fields import below, ip_address, safe_directory
+from gpuhosts.plans.drafter_config import compare_declared, parse_drafter_config, target_layer_ids
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
+from gpuhosts_monitor.bind import is_loopback
 
 TRAINER_SECTIONS = ("kind", "node", "training")
 TRAINER_SECRET_KEYS = ("sshPrivateKey", "hfToken")
@@ -299,60 +284,9 @@ def declared_drafter(training: TrainingConfig, ids: "LayerIds | None" = None) ->
 def drafter_config_problems(training: TrainingConfig, config: dict[str, Any]) -> list[Problem]:
     """The stack's drafter values against the drafter's config.json, where the plan has it (the node checks the
     downloaded file the same way: gpuhosts/plans/drafter_config.py runs there verbatim)."""
-    from gpuhosts.plans.drafter_config import compare_declared, parse_drafter_config
-
     _, found = compare_declared(parse_drafter_config(config), declared_drafter(training),
                                 origin=f"{training.drafter.repo}'s config.json")
     return [Problem(path=f"{NAMESPACE}:training.{name}", message=message) for name, message in found]
-
-
-def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset(),
-                           other_keys=(), drafter_configs: dict[str, dict[str, Any]] | None = None) -> TrainerStack:
-    """Turn a training node stack's values into a TrainerStack, or raise ConfigError naming every problem.
-    `drafter_configs` maps a drafter repo to its config.json, where known: the stack's mask token, layer types and
-    sliding window must then agree with it (without it, the node checks them after the download)."""
-    from gpuhosts.compat import check_training
-
-    problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.TRAINER)
-    problems += stray_key_problems(raw, TRAINER_SECTIONS, TRAINER_SECRET_KEYS,
-                                  referenced_training_secrets(raw.get("training")), secret_keys,
-                                  "is not a setting of a training node stack")
-    node = training = None
-    for key, model in (("node", NodeConfig), ("training", TrainingConfig)):
-        if raw.get(key) is None:
-            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="is required"))
-        else:
-            value = _validate_at(model, raw[key], (key,), problems)
-            node, training = (value, training) if key == "node" else (node, value)
-    if node is not None and training is not None:
-        problems += _training_problems(node, training, set(secret_keys))
-        config = (drafter_configs or {}).get(training.drafter.repo)
-        if config is not None:
-            problems += drafter_config_problems(training, config)
-    if problems:
-        raise ConfigError(problems)
-    warnings = []
-    for finding in check_training(training):
-        text = f"{finding.message} — {finding.reason} Fix: {finding.fix} [rule {finding.rule}; {finding.source}]"
-        if finding.severity.value == "error":
-            problems.append(Problem(path=finding.path, message=text))
-        else:
-            warnings.append(f"{finding.path}: {text}")
-    if problems:
-        raise ConfigError(problems)
-    if node.ssh.insecure_ignore_host_key:
-        warnings.append(f"{NAMESPACE}:node.ssh.insecureIgnoreHostKey is true: the node's identity is not checked")
-    warnings += ssh_placeholders("node", node.ssh)
-    if placeholder_url(training.dataset.source):
-        warnings.append(f"{NAMESPACE}:training.dataset.source {training.dataset.source} is on a placeholder domain; "
-                        "put in where the tokenized data set is served, and its manifestSha256")
-    if placeholder_digest(training.dataset.manifest_sha256):
-        warnings.append(f"{NAMESPACE}:training.dataset.manifestSha256 is a placeholder; put in `sha256sum SHA256SUMS`")
-    for field, spec in (("training.verifier", training.verifier), ("training.drafter", training.drafter)):
-        if model_facts(spec.repo).num_layers is None and spec.num_layers is None:
-            warnings.append(f"{NAMESPACE}:{field}.repo {spec.repo} is not in the known-models table: its layer count "
-                            "is not checked after the download (give numLayers to check it)")
-    return TrainerStack(node=node, training=training, warnings=tuple(warnings))
 
 
 # --- layer ids: derived, never pasted ------------------------------------------------------------------------
@@ -374,8 +308,6 @@ class LayerIds:
 
 def layer_ids(num_verifier_layers: int, num_ids: int, declared: tuple[int, ...] | None = None) -> LayerIds:
     """`num_ids` ids derived as z-lab does (by default one per drafter layer), or the drafter's declared list."""
-    from gpuhosts.plans.drafter_config import target_layer_ids
-
     drafter = tuple(declared) if declared else tuple(target_layer_ids(num_verifier_layers, num_ids))
     trainer = tuple(i + 1 for i in drafter)
     return LayerIds(drafter=drafter, trainer=trainer, server=trainer + (num_verifier_layers,))

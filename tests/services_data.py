@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 
 from conftest import KPRO5_SECRETS, kpro5_values
-from gpuhosts.config import StackConfig, validate_stack
+from gpuhosts.config import StackConfig
+from gpuhosts.stacks import validate_stack
 from gpuhosts.services import ServiceConfig, validate_services
 
 

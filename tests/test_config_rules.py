@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import KPRO5_SECRETS, kpro5_values
-from gpuhosts.config import ConfigError, validate_stack
+from gpuhosts.config import ConfigError
+from gpuhosts.stacks import validate_stack
 
 
 def gpu(values, index):

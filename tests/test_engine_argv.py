@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FIXTURES, KPRO5_SECRETS, kpro5_values
 from gpuhosts.compat import load_rules
-from gpuhosts.config import validate_stack
+from gpuhosts.stacks import validate_stack
 from gpuhosts.plans.inference_service import engine_args, engine_environment
 
 STACK = validate_stack(kpro5_values(), KPRO5_SECRETS)
@@ -100,7 +100,7 @@ def test_every_engine_variable_the_unit_sets_is_one_the_release_reads(service):
 def test_the_trainer_hidden_state_server_flags_are_ones_its_vllm_parses():
     from conftest import TRAINER_SECRETS, trainer_values
     from gpuhosts.plans import training_node
-    from gpuhosts.training import validate_trainer_stack
+    from gpuhosts.stacks import validate_trainer_stack
 
     if not hasattr(training_node, "engine_invocations"):
         pytest.skip("the training node plan does not list its invocations")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
-from gpuhosts.config import ConfigError, validate_stack
-from gpuhosts.training import validate_trainer_stack
+from gpuhosts.config import ConfigError
+from gpuhosts.stacks import validate_stack
+from gpuhosts.stacks import validate_trainer_stack
 
 
 def service(values, index=0):

@@ -12,7 +12,7 @@ import pytest
 from gpuhosts.plans.hidden_state_check import check, read_tensors
 from gpuhosts.plans.training_node import CHECK_SCRIPT, plan_training_node
 from conftest import FIXTURES, TRAINER_SECRETS, trainer_values
-from gpuhosts.training import validate_trainer_stack
+from gpuhosts.stacks import validate_trainer_stack
 
 STATES = FIXTURES / "hidden_states"
 

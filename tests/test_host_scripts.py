@@ -20,7 +20,7 @@ from fakehost import kernel
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5, tree_digest
 from fakehost.view import HostView
-from gpuhosts.config import validate_stack
+from gpuhosts.stacks import validate_stack
 from gpuhosts.protocol import ProtocolError, parse_facts, parse_result
 from gpuhosts.provider import OBSERVATION
 from gpuhosts.units import Unit

@@ -23,8 +23,9 @@ from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from conftest import HOSTILE_FIGURES, KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 from fakehost import host_env
-from gpuhosts.config import ConfigError, validate_stack
-from gpuhosts.training import validate_trainer_stack
+from gpuhosts.config import ConfigError
+from gpuhosts.stacks import validate_stack
+from gpuhosts.stacks import validate_trainer_stack
 from trainer_node import converged_kpro5
 
 CANARY = Path(f"/tmp/gpuhosts-hostile-canary-{os.getpid()}")

@@ -11,7 +11,7 @@ import tomllib
 
 from gpuhosts.plans.training_node import FLASK_VERSION, MONITOR_PACKAGE, plan_training_node
 from conftest import PROJECT, TRAINER_SECRETS, trainer_values
-from gpuhosts.training import validate_trainer_stack
+from gpuhosts.stacks import validate_trainer_stack
 
 
 def test_the_node_gets_the_flask_release_of_the_lock_file():

@@ -12,7 +12,7 @@ import pytest
 
 from gpuhosts.plans.proxmox_host import plan_host
 from conftest import FIXTURES, KPRO5_SECRETS, kpro5_values
-from gpuhosts.config import validate_stack
+from gpuhosts.stacks import validate_stack
 from gpuhosts.protocol import parse_facts
 
 CAPTURES = sorted(p for p in (FIXTURES / "facts").glob("*/probes") if p.is_dir())

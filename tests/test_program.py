@@ -10,10 +10,10 @@ import pytest
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, trainer_values, PROJECT, kpro5_values
-from gpuhosts.config import validate_stack
+from gpuhosts.stacks import validate_stack
 from gpuhosts.plan import HOST_UNIT_TYPE, SECRET, SECRET_PLACEHOLDER, run_program
 from gpuhosts.provider import secret_digest
-from gpuhosts.training import validate_trainer_stack
+from gpuhosts.stacks import validate_trainer_stack
 
 UNITS = {
     # unit (the resource's name): (kind, the units it waits for)

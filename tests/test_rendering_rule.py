@@ -23,11 +23,12 @@ import pytest
 from jinja2 import nodes
 
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
-from gpuhosts.config import ConfigError, validate_stack
+from gpuhosts.config import ConfigError
+from gpuhosts.stacks import validate_stack
 from gpuhosts.protocol import parse_facts
 from gpuhosts.provider import OBSERVATION
 from gpuhosts.render import TEMPLATES, _ENV, refuse_control, systemd_value
-from gpuhosts.training import validate_trainer_stack
+from gpuhosts.stacks import validate_trainer_stack
 
 # The environment's globals: protocol constants (gpuhosts/protocol.py), never config.
 GLOBALS = {"result_prefix", "facts_prefix", "lock_wait_prefix", "no_change_result"}

@@ -22,7 +22,7 @@ from fakehost import host_env
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5, tree_digest, tree_listing
 from fakehost.util import configure
-from gpuhosts.config import validate_stack
+from gpuhosts.stacks import validate_stack
 from gpuhosts.locks import lock_digest, lock_spec, lock_text
 from gpuhosts.plans.model_download import HF_REQUIREMENT, TOOLS_PYTHON
 from gpuhosts.protocol import ProtocolError, parse_facts, parse_result

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import KPRO5_SECRETS
-from gpuhosts.config import ConfigError, validate_stack
+from gpuhosts.config import ConfigError
+from gpuhosts.stacks import validate_stack
 from gpuhosts.services import Engine, SpecMethod, referenced_secrets, validate_services
 from services_data import example, kpro5_services, kpro5_stack
 

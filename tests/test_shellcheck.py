@@ -11,8 +11,8 @@ import pytest
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
-from gpuhosts.config import validate_stack
-from gpuhosts.training import validate_trainer_stack
+from gpuhosts.stacks import validate_stack
+from gpuhosts.stacks import validate_trainer_stack
 
 
 def variants():

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FIXTURES, TRAINER_SECRETS, trainer_values
 from gpuhosts.plans.training_node import engine_invocations
-from gpuhosts.training import validate_trainer_stack
+from gpuhosts.stacks import validate_trainer_stack
 
 PINNED = validate_trainer_stack(trainer_values(), TRAINER_SECRETS)
 

@@ -9,7 +9,8 @@ from gpuhosts.plans.drafter_config import target_layer_ids
 from gpuhosts.plans.training_node import plan_training_node
 from conftest import TRAINER_SECRETS, trainer_values
 from gpuhosts.config import ConfigError
-from gpuhosts.training import layer_ids, validate_trainer_stack
+from gpuhosts.training import layer_ids
+from gpuhosts.stacks import validate_trainer_stack
 
 
 def training(values: dict) -> dict:

@@ -20,7 +20,7 @@ from fakehost import host_env
 from fakehost.tree import tree_digest, tree_listing
 from gpuhosts.protocol import ProtocolError, parse_facts, parse_result
 from gpuhosts.provider import OBSERVATION
-from gpuhosts.training import validate_trainer_stack
+from gpuhosts.stacks import validate_trainer_stack
 from gpuhosts.units import Unit, UnitGraph
 from trainer_node import StateServer, node_values, prepare_node
 

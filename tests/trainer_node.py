@@ -20,7 +20,7 @@ from conftest import KPRO5_SECRETS, kpro5_values, trainer_values
 from fakehost import host_env
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5
-from gpuhosts.config import validate_stack
+from gpuhosts.stacks import validate_stack
 from sshhost import free_port
 
 VERSION = "580.126.09"

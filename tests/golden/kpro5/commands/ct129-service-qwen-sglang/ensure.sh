@@ -33,7 +33,7 @@ done
 # when it is the last one: installing them and that decision take the same lock.
 install_service_files() {
 install_file /etc/systemd/system/gpuhosts-qwen-sglang.service 0644 <<'GPUHOSTS_EOF'
-# [content: containers/129/etc/systemd/system/gpuhosts-qwen-sglang.service sha256:e07a6cab6473ee4f]
+# [content: containers/129/etc/systemd/system/gpuhosts-qwen-sglang.service sha256:c7df03c79b1289f1]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/sglang-serve.py 0755 <<'GPUHOSTS_EOF'
@@ -41,7 +41,7 @@ install_file /usr/local/lib/gpuhosts/sglang-serve.py 0755 <<'GPUHOSTS_EOF'
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:c5a02a3b4f0f4bb3]
+# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:dee2b8da416d1a7a]
 GPUHOSTS_EOF
 }
 with_lock services install_service_files

@@ -33,11 +33,11 @@ done
 # when it is the last one: installing them and that decision take the same lock.
 install_service_files() {
 install_file /etc/systemd/system/gpuhosts-qwen-vllm-dflash.service 0644 <<'GPUHOSTS_EOF'
-# [content: containers/129/etc/systemd/system/gpuhosts-qwen-vllm-dflash.service sha256:708cc9ebae78f460]
+# [content: containers/129/etc/systemd/system/gpuhosts-qwen-vllm-dflash.service sha256:ee438a910cfd54d7]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:c5a02a3b4f0f4bb3]
+# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:dee2b8da416d1a7a]
 GPUHOSTS_EOF
 }
 with_lock services install_service_files

@@ -1,0 +1,147 @@
+"""A stack file's values, validated as a whole: each section typed on its own, then the rules across sections, the
+compatibility rules and the release facts of gpuhosts.compat, so one run names every problem. This module sits
+above config, services, training and compat; none of them imports it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhosts.compat import Severity, check_services, check_training, model_facts
+from gpuhosts.config import (
+    NAMESPACE,
+    SECRET_KEYS,
+    SECTIONS,
+    ConfigError,
+    ContainerConfig,
+    GpuConfig,
+    HostConfig,
+    NvidiaConfig,
+    Problem,
+    StackConfig,
+    StackKind,
+    _Model,
+    _cross_field_problems,
+    _validate_at,
+    kind_problems,
+    namespace_problems,
+    ssh_placeholders,
+    stray_key_problems,
+)
+from gpuhosts.fields import placeholder_digest, placeholder_url
+from gpuhosts.services import ServiceConfig, _service_problems, referenced_secrets, validate_service_entries
+from gpuhosts.training import (
+    TRAINER_SECRET_KEYS,
+    TRAINER_SECTIONS,
+    NodeConfig,
+    TrainerStack,
+    TrainingConfig,
+    _training_problems,
+    drafter_config_problems,
+    referenced_training_secrets,
+)
+
+
+def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset(),
+                   other_keys=()) -> StackConfig:
+    """Turn the stack's `gpuhosts:*` values (namespace stripped) into a StackConfig, or raise ConfigError.
+
+    Each section and each list entry is validated on its own, so one run reports every problem in the stack.
+    `secret_keys` are the keys set as secrets (`pulumi config set --secret`); services may only name those.
+    """
+    problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.PROXMOX)
+    problems += stray_key_problems(raw, SECTIONS, SECRET_KEYS, referenced_secrets(raw.get("services")), secret_keys,
+                                   "is not a gpuhosts setting")
+
+    def section(model: type[_Model], key: str) -> Any:
+        if raw.get(key) is None:
+            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="is required"))
+            return None
+        return _validate_at(model, raw[key], (key,), problems)
+
+    def entries(model: type[_Model], key: str) -> list[tuple[int, Any]]:
+        value = raw.get(key) or []
+        if not isinstance(value, list):
+            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="must be a list"))
+            return []
+        checked = [(i, _validate_at(model, item, (key, i), problems)) for i, item in enumerate(value)]
+        return [(i, item) for i, item in checked if item is not None]
+
+    host = section(HostConfig, "host")
+    nvidia = _validate_at(NvidiaConfig, raw["nvidia"], ("nvidia",), problems) if raw.get("nvidia") is not None else None
+    gpus = entries(GpuConfig, "gpus")
+    containers = entries(ContainerConfig, "containers")
+    services = validate_service_entries(raw.get("services"), problems)
+    if not raw.get("gpus"):
+        problems.append(Problem(path=f"{NAMESPACE}:gpus", message="declares no GPU; list the host's GPUs with their `use`"))
+    problems += _cross_field_problems(host, nvidia, raw.get("nvidia") is not None, gpus, containers)
+    if problems:
+        raise ConfigError(problems)
+    stack = StackConfig(host=host, nvidia=nvidia, gpus=tuple(g for _, g in gpus), containers=tuple(c for _, c in containers))
+    if not services:
+        return stack
+    service_warnings = check_stack_services(services, stack, set(secret_keys), problems)
+    if problems:
+        raise ConfigError(problems)
+    return stack.model_copy(update={"services": tuple(s for _, s in services), "service_warnings": tuple(service_warnings)})
+
+
+def check_stack_services(services: list[tuple[int, ServiceConfig]], stack: StackConfig, secret_keys: set[str],
+                         problems: list[Problem]) -> list[str]:
+    """Rules across services and against the stack, then the compatibility rules: errors are appended to
+    `problems`, warnings returned."""
+    problems += _service_problems(services, stack, secret_keys)
+    found = []
+    for finding in check_services([s for _, s in services], positions=[i for i, _ in services]):
+        text = f"{finding.message} — {finding.reason} Fix: {finding.fix} [rule {finding.rule}; {finding.source}]"
+        if finding.severity is Severity.ERROR:
+            problems.append(Problem(path=finding.path, message=text))
+        else:
+            found.append(f"{finding.path}: {text}")
+    return found
+
+
+def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset(),
+                           other_keys=(), drafter_configs: dict[str, dict[str, Any]] | None = None) -> TrainerStack:
+    """Turn a training node stack's values into a TrainerStack, or raise ConfigError naming every problem.
+    `drafter_configs` maps a drafter repo to its config.json, where known: the stack's mask token, layer types and
+    sliding window must then agree with it (without it, the node checks them after the download)."""
+    problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.TRAINER)
+    problems += stray_key_problems(raw, TRAINER_SECTIONS, TRAINER_SECRET_KEYS,
+                                  referenced_training_secrets(raw.get("training")), secret_keys,
+                                  "is not a setting of a training node stack")
+    node = training = None
+    for key, model in (("node", NodeConfig), ("training", TrainingConfig)):
+        if raw.get(key) is None:
+            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="is required"))
+        else:
+            value = _validate_at(model, raw[key], (key,), problems)
+            node, training = (value, training) if key == "node" else (node, value)
+    if node is not None and training is not None:
+        problems += _training_problems(node, training, set(secret_keys))
+        config = (drafter_configs or {}).get(training.drafter.repo)
+        if config is not None:
+            problems += drafter_config_problems(training, config)
+    if problems:
+        raise ConfigError(problems)
+    warnings = []
+    for finding in check_training(training):
+        text = f"{finding.message} — {finding.reason} Fix: {finding.fix} [rule {finding.rule}; {finding.source}]"
+        if finding.severity.value == "error":
+            problems.append(Problem(path=finding.path, message=text))
+        else:
+            warnings.append(f"{finding.path}: {text}")
+    if problems:
+        raise ConfigError(problems)
+    if node.ssh.insecure_ignore_host_key:
+        warnings.append(f"{NAMESPACE}:node.ssh.insecureIgnoreHostKey is true: the node's identity is not checked")
+    warnings += ssh_placeholders("node", node.ssh)
+    if placeholder_url(training.dataset.source):
+        warnings.append(f"{NAMESPACE}:training.dataset.source {training.dataset.source} is on a placeholder domain; "
+                        "put in where the tokenized data set is served, and its manifestSha256")
+    if placeholder_digest(training.dataset.manifest_sha256):
+        warnings.append(f"{NAMESPACE}:training.dataset.manifestSha256 is a placeholder; put in `sha256sum SHA256SUMS`")
+    for field, spec in (("training.verifier", training.verifier), ("training.drafter", training.drafter)):
+        if model_facts(spec.repo).num_layers is None and spec.num_layers is None:
+            warnings.append(f"{NAMESPACE}:{field}.repo {spec.repo} is not in the known-models table: its layer count "
+                            "is not checked after the download (give numLayers to check it)")
+    return TrainerStack(node=node, training=training, warnings=tuple(warnings))
