@@ -40,9 +40,9 @@ lifecycle: $(VENV)/.synced system-deps
 	PYTHONPATH=tests:. $(VENV)/bin/python tests/lifecycle_figures.py
 
 # The locked closure (with hashes) of every environment the committed stacks install, and of the newest releases
-# in gpuhosts/compat-rules.yaml, into locks/ (gpuhosts/locks.py); needs PyPI. Commit the result.
+# in gpuhosts/compat-rules.yaml, into locks/ (gpuhosts/lock_tool.py); needs PyPI. Commit the result.
 locks: $(VENV)/.synced
-	$(VENV)/bin/python -m gpuhosts.locks --uv $(UV)
+	$(VENV)/bin/python -m gpuhosts.lock_tool --uv $(UV)
 
 # Installs each locked engine environment into build/engines/ with a Python 3.12 (VERIFY_PYTHON) and feeds the
 # rendered command lines to the engines' own parsers; rewrites tests/fixtures/engines/. Heavy: not part of `test`.

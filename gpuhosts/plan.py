@@ -17,9 +17,11 @@ from typing import Any
 import yaml
 
 from gpuhosts.config import NAMESPACE, StackKind, stack_kind
-
-from gpuhosts.stacks import validate_stack
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.services import referenced_secrets
+from gpuhosts.stacks import require_locks, validate_stack, validate_trainer_stack
+from gpuhosts.training import referenced_training_secrets
 
 SECRET = "[secret]"
 # How the SDK marks a secret value inside deserialized properties.
@@ -88,8 +90,6 @@ def stand_in_secrets(values: dict[str, Any], secure: set[str]) -> tuple[dict[str
     """Values with a placeholder for every secret the stack needs but the file does not hold, all secret keys, and a
     warning per stand-in. A stack file cannot carry a placeholder `secure:` value (the CLI would fail to decrypt
     it), so secrets set only at deploy time are declared by being named (sshPrivateKey, apiKeySecret, hfToken)."""
-    from gpuhosts.training import referenced_training_secrets
-
     needed = {"sshPrivateKey"} | referenced_secrets(values.get("services")) | referenced_training_secrets(values.get("training"))
     missing = sorted(needed - set(values))
     warnings = [f"{NAMESPACE}:{name} is not set in the stack file; the plan stands in for it and `pulumi up` needs it: "
@@ -175,16 +175,9 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
 
 def load_stack(values: dict[str, Any], secure: set[str], other_keys=()):
     """A stack's host name, its unit graph, and its warnings — a Proxmox host or a training node."""
-    from gpuhosts.locks import require_locks
-
     if stack_kind(values) is StackKind.TRAINER:
-        from gpuhosts.plans.training_node import plan_training_node
-        from gpuhosts.stacks import validate_trainer_stack
-
         trainer = require_locks(validate_trainer_stack(values, secure, other_keys))
         return trainer.node.name, plan_training_node(trainer).graph, list(trainer.warnings)
-    from gpuhosts.plans.proxmox_host import plan_host
-
     config = require_locks(validate_stack(values, secure, other_keys))
     return config.host.name, plan_host(config), config.warnings()
 

@@ -28,6 +28,9 @@ from gpuhosts.config import (
     stray_key_problems,
 )
 from gpuhosts.fields import placeholder_digest, placeholder_url
+from gpuhosts.locks import lock_problem, lock_spec
+from gpuhosts.plans.python_env import env_lock, service_env
+from gpuhosts.plans.training_node import FLASK_VERSION
 from gpuhosts.services import ServiceConfig, _service_problems, referenced_secrets, validate_service_entries
 from gpuhosts.training import (
     TRAINER_SECRET_KEYS,
@@ -145,3 +148,36 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
             warnings.append(f"{NAMESPACE}:{field}.repo {spec.repo} is not in the known-models table: its layer count "
                             "is not checked after the download (give numLayers to check it)")
     return TrainerStack(node=node, training=training, warnings=tuple(warnings))
+
+
+def service_lock_problems(services) -> list[Problem]:
+    """Each service whose engine environment (the base release of a git-ref build) has no committed lock."""
+    found = []
+    for index, service in services:
+        problem = lock_problem(env_lock(service_env(service)), f"services[{index}].engine.version",
+                               f"services[{index}].python")
+        if problem:
+            found.append(problem)
+    return found
+
+
+def training_lock_problems(training) -> list[Problem]:
+    """The trainer's speculators, hidden-state vLLM and monitor environments without a committed lock."""
+    wanted = [(f"speculators=={training.speculators.version}", "training.speculators.version"),
+              (f"vllm=={training.vllm.version}", "training.vllm.version"),
+              (f"flask=={FLASK_VERSION}", "training.python")]
+    problems = [lock_problem(lock_spec(requirement, training.python), path, "training.python")
+                for requirement, path in wanted]
+    return [p for p in problems if p]
+
+
+def require_locks(stack):
+    """`stack` (a validated StackConfig or TrainerStack), or ConfigError naming each field whose environment has no
+    committed lock — before any unit is planned."""
+    if hasattr(stack, "training"):
+        problems = training_lock_problems(stack.training)
+    else:
+        problems = service_lock_problems(list(enumerate(stack.services)))
+    if problems:
+        raise ConfigError(problems)
+    return stack

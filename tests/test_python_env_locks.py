@@ -16,8 +16,9 @@ from conftest import PROJECT
 from fakehost import host_env
 from fakehost.tree import seed_kpro5
 from gpuhosts.config import ConfigError
+from gpuhosts.lock_tool import needed_locks, newest_locks, select_hashes, stack_files, stack_locks
 from gpuhosts.locks import (LOCKS_DIR, LockError, LockSpec, header_problem, lock_digest, lock_spec, lock_text,
-                            needed_locks, newest_locks, parse_header, select_hashes, stack_files, stack_locks)
+                            parse_header)
 from gpuhosts.plan import load_stack, read_stack_file, stand_in_secrets
 from gpuhosts.plans.python_env import MAX_INNER_SCRIPT, EnvSpec, env_lock, in_container, plan_env
 from gpuhosts.protocol import parse_result
