@@ -7,6 +7,7 @@ import pulumi
 
 from gpuhosts.config import NAMESPACE, SECTIONS, ConfigError, StackKind, stack_kind
 from gpuhosts.services import referenced_secrets
+from gpuhosts.stacks import require_locks
 from gpuhosts.training import TRAINER_SECTIONS, referenced_training_secrets
 
 settings = pulumi.Config()
@@ -60,7 +61,8 @@ if validated(lambda raw, _secrets, _others: stack_kind(raw), everything, set(), 
 
     raw = {**{key: None for key in TRAINER_SECTIONS}, **everything}
     secret_keys = secret_keys_among(set(everything) | {"sshPrivateKey"} | referenced_training_secrets(raw["training"]))
-    trainer = validated(validate_trainer_stack, raw, secret_keys, others)
+    # An environment without its committed lock is refused here too, naming the field, as the plan does.
+    trainer = validated(lambda *args: require_locks(validate_trainer_stack(*args)), raw, secret_keys, others)
     for warning in trainer.warnings:
         pulumi.log.warn(warning)
     secrets = {name: settings.require_secret(name) for name in sorted(secret_keys)}
@@ -73,7 +75,7 @@ else:
 
     raw = {**{key: None for key in SECTIONS}, **everything}
     secret_keys = secret_keys_among(set(everything) | {"sshPrivateKey"} | referenced_secrets(raw["services"]))
-    config = validated(validate_stack, raw, secret_keys, others)
+    config = validated(lambda *args: require_locks(validate_stack(*args)), raw, secret_keys, others)
     for warning in config.warnings():
         pulumi.log.warn(warning)
     secrets = {name: settings.require_secret(name) for name in sorted(secret_keys)}

@@ -20,7 +20,9 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -155,11 +157,35 @@ def install(target: Target, python: str, uv: str) -> Path:
     return venv
 
 
+def checkout(target: Target) -> list[str]:
+    """speculators' scripts/ are not in its wheel: the node checks out the repository at the release's tag, and so
+    does the check (SPECULATORS_REPOSITORY: another clone or mirror of it). A release whose tag that repository lacks
+    is checked at SPECULATORS_FALLBACK_REF, when given, and the result says so."""
+    if target.package != "speculators":
+        return []
+    repository = os.environ.get("SPECULATORS_REPOSITORY", "https://github.com/vllm-project/speculators")
+    folder = ENVS / f"speculators-src-{target.version}"
+    if (folder / "scripts").is_dir():
+        return [str(folder)]
+    shutil.rmtree(folder, ignore_errors=True)
+    for ref in (f"v{target.version}", os.environ.get("SPECULATORS_FALLBACK_REF")):
+        if not ref:
+            continue
+        cloned = subprocess.run(["git", "clone", "--quiet", "--depth", "1", "--branch", ref, repository, str(folder)],
+                                capture_output=True, text=True)
+        if cloned.returncode == 0:
+            (folder / ".gpuhosts-ref").write_text(ref + "\n")
+            return [str(folder)]
+        shutil.rmtree(folder, ignore_errors=True)
+    raise RuntimeError(f"no_checkout_of_v{target.version}")
+
+
 def check(target: Target, venv: Path) -> dict:
     script = HERE / f"check_{target.package}.py"
     if not script.is_file():
         return {"ok": False, "reason": f"no_{script.name}"}
-    done = subprocess.run([str(venv / "bin" / "python"), str(script)], input=json.dumps(target.invocations),
+    done = subprocess.run([str(venv / "bin" / "python"), str(script), *checkout(target)],
+                          input=json.dumps(target.invocations),
                           capture_output=True, text=True, cwd=ROOT, timeout=1800)
     lines = [l for l in done.stdout.splitlines() if l.startswith("VERIFY ")]
     if len(lines) != 1:
