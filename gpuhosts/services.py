@@ -30,10 +30,6 @@ RELEASE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc|\.post|\.dev)\d+)?$")
 GIT_REF = re.compile(r"^(?:refs/(?:pull/\d+/head|heads/[\w./-]+|tags/[\w./-]+)|[0-9a-f]{40})$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
-ENGINE_REPOSITORIES = {
-    "sglang": "https://github.com/sgl-project/sglang",
-    "vllm": "https://github.com/vllm-project/vllm",
-}
 
 
 class Engine(str, Enum):
@@ -104,10 +100,6 @@ class PackageSpec(_Model):
 
 class EngineSpec(PackageSpec):
     name: Engine = Field(description="`sglang` or `vllm`.")
-
-    @property
-    def source_repository(self) -> str:
-        return self.repository or ENGINE_REPOSITORIES[self.name.value]
 
 
 class ModelSpec(_Model):

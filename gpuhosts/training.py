@@ -247,9 +247,13 @@ def _path_problems(node: NodeConfig, training: TrainingConfig) -> list[Problem]:
                 break
         else:
             if not below(checkpoints, storage):
+                # Two values disagree: either may be the one to change, so both are named.
                 problems.append(Problem(path=f"{NAMESPACE}:training.checkpoints", message=(
                     f"{checkpoints} is outside node.storage ({storage}); keep checkpoints under it, where gpuhosts "
                     "owns what it deletes")))
+                problems.append(Problem(path=f"{NAMESPACE}:node.storage", message=(
+                    f"{storage} does not hold training.checkpoints ({checkpoints}); give the directory that holds "
+                    "models, data and checkpoints")))
     for field, spec in (("training.verifier", training.verifier), ("training.drafter", training.drafter)):
         path = models[f"{field}.localDir"]
         if spec.delete_on_destroy and (path.count("/") < 2 or below(storage, path)):

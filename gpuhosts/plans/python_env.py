@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from gpuhosts.plans.paths import SERVICE_ROOT
+from gpuhosts.engines import driver_for
 from gpuhosts.facts import Fact, desired, files_facts, render_probe
 from gpuhosts.locks import LockSpec, lock_digest, lock_spec, lock_text
 from gpuhosts.render import HostFile, render
@@ -20,8 +21,6 @@ from gpuhosts.units import Unit
 
 UV_VERSION = "0.13.9"
 UV_HOME = f"{SERVICE_ROOT}/.uv"
-# SGLang's "all" extra carries its serving dependencies (the attention kernels among them).
-PACKAGE_EXTRAS = {"sglang": "[all]", "vllm": ""}
 # `pct exec VMID -- bash -c SCRIPT` passes the script as one argument, and Linux takes at most 32 pages (128 KiB)
 # in one argument string (MAX_ARG_STRLEN, execve(2)): a larger script would fail with "Argument list too long".
 MAX_INNER_SCRIPT = 131072 - 1
@@ -29,12 +28,9 @@ LOCK_NAME = "requirements.lock"
 
 
 def requirement(service: ServiceConfig) -> str:
-    """What `uv pip install` gets: the pinned release, or the engine built from a git ref of its repository."""
-    engine = service.engine
-    name = engine.name.value
-    if engine.git_ref:
-        return f"{name}{PACKAGE_EXTRAS[name]} @ git+{engine.source_repository}@{engine.git_ref}"
-    return f"{name}{PACKAGE_EXTRAS[name]}=={engine.version}"
+    """What the environment installs: the pinned release, or the engine built from a git ref of its repository
+    (the engine's driver knows its package, extras and repository)."""
+    return driver_for(service.engine).requirement(service.engine)
 
 
 @dataclass(frozen=True)
