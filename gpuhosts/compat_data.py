@@ -65,6 +65,8 @@ class EngineRow(_Row):
     redundant_environment: tuple[str, ...] = ()
     reasoning_field: str | None = None
     contains_prs: tuple[int, ...] = ()
+    convert: str | None = None
+    train: str | None = None
     reason: str | None = None
     source: str
 
@@ -92,6 +94,8 @@ class EngineFacts:
     redundant_environment: frozenset[str] = frozenset()
     reasoning_field: str | None = None
     contains_prs: frozenset[int] = frozenset()
+    convert: str | None = None
+    train: str | None = None
     sources: tuple[str, ...] = ()
 
     def flag(self, name: str) -> str:
@@ -140,7 +144,7 @@ def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> E
     renames: dict[str, str] = {}
     redundant: set[str] = set()
     prs: set[int] = set()
-    reasoning = None
+    reasoning = convert = train = None
     sources = []
     for row in (rules or load_rule_file()).engines:
         if row.package != package or not row.holds(version):
@@ -150,10 +154,12 @@ def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> E
         redundant.update(row.redundant_environment)
         prs.update(row.contains_prs)
         reasoning = row.reasoning_field or reasoning
+        convert, train = row.convert or convert, row.train or train
         sources.append(" ".join(row.source.split()))
     return EngineFacts(package=package, version=version, lock_constraints=tuple(constraints),
                        flag_renames=tuple(sorted(renames.items())), redundant_environment=frozenset(redundant),
-                       reasoning_field=reasoning, contains_prs=frozenset(prs), sources=tuple(sources))
+                       reasoning_field=reasoning, contains_prs=frozenset(prs), convert=convert, train=train,
+                       sources=tuple(sources))
 
 
 def version_key(text: str) -> tuple:

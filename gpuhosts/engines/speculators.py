@@ -8,8 +8,9 @@ vllm-project/speculators provides three programs a training node runs:
   Python: the hidden-state server;
 * **train** — the trainer, under `torchrun`.
 
-What changes between releases (which program, how it is started, flag names) is a row of `ROWS`, keyed by a
-version range and citing the source it was read from; the argv builders below hold what every row shares. A bump
+What changes between releases (which program converts, how training is started) is an `engines:` row of the
+compatibility data (gpuhosts/compat-rules.yaml), keyed by a version range and citing the source it was read from;
+the argv builders below hold what every row shares. A bump
 of `training.speculators.version` is therefore one changed value in the stack, and a release no row covers is
 refused with the reason instead of being guessed at.
 """
@@ -19,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+
+from gpuhosts.compat_data import engine_facts
 
 PACKAGE = "speculators"
 REPOSITORY = "https://github.com/vllm-project/speculators"
@@ -62,29 +64,15 @@ class Row:
         return "scripts/train.py" if self.train == "script" else "speculators.train"
 
 
-ROWS: tuple[Row, ...] = (
-    Row(SpecifierSet(">=0.7.0,<0.8.0"), convert="api", train="script", source=(
-        "speculators v0.7.0 (the same files in v0.7.0.1): scripts/train.py (TrainConfig.resolve; src/speculators/train/config/schema.py "
-        "and resolution.py: --total-seq-len, --full-attention-indices, --from-pretrained refuses --num-layers and "
-        "--sliding-window), scripts/launch_vllm.py parse_args, src/speculators/convert/dflash/converter.py "
-        "DFlashConverter._build_config (keeps layer_types, sliding_window, dflash_config.mask_token_id); "
-        "src/speculators/__main__.py convert offers no dflash")),
-    Row(SpecifierSet(">=0.8.1,<0.10.0"), convert="cli", train="module", source=(
-        "speculators 0.8.1 and 0.9.0 sdists: src/speculators/cli/convert.py (AlgorithmChoice has dflash), "
-        "src/speculators/train/__main__.py (`torchrun -m speculators.train`, TrainConfig.resolve), "
-        "src/speculators/train/config/schema.py; launch_vllm.py is still the repository's script "
-        "(src/speculators/train/config/schema.py: target ids 'excluding the final layer launch_vllm.py appends')")),
-)
-
-
 def row(version: str) -> Row:
-    """The row of a release, or ValueError naming the ranges gpuhosts knows."""
-    for candidate in ROWS:
-        if Version(version) in candidate.versions:
-            return candidate
-    known = "; ".join(str(r.versions) for r in ROWS)
-    raise ValueError(f"speculators {version} is in no checked row of gpuhosts/engines/speculators.py ({known}): "
-                     "check its convert and train programs against its sources and add a row")
+    """What the compatibility data says of a release (`engines:` rows of package speculators), or ValueError."""
+    facts = engine_facts(PACKAGE, version)
+    if facts.convert is None or facts.train is None:
+        raise ValueError(f"speculators {version} is in no checked row of gpuhosts/compat-rules.yaml (engines, package "
+                         "speculators, with convert and train): check its convert and train programs against its "
+                         "sources and add a row")
+    return Row(versions=SpecifierSet(f"=={version}"), convert=facts.convert, train=facts.train,
+               source="; ".join(facts.sources))
 
 
 def requirement(spec) -> str:
