@@ -37,6 +37,8 @@ ELSEWHERE = {
     "usr/local/lib/gpuhosts/deploy-gate.py": "gpuhosts/plans/gate_probe.py verbatim; tests/test_deploy_gate.py",
     "usr/local/lib/gpuhosts/check-hidden-states.py": "gpuhosts/plans/hidden_state_check.py; "
                                                      "tests/test_hidden_state_check.py",
+    "usr/local/lib/gpuhosts/check-drafter-config.py": "gpuhosts/plans/drafter_config.py verbatim; "
+                                                      "tests/test_drafter_config.py",
     "usr/local/lib/gpuhosts/sglang-serve.py": "in full in tests/golden/services/qwen-sglang; "
                                               "tests/test_inference_units.py",
 }
