@@ -1,7 +1,8 @@
 """The config reference, generated from the pydantic models: one source for the schema and its documentation.
 
 `python -m gpuhosts.schema_doc --write` rewrites the README's tables between their markers; the tests fail when
-the committed text differs from what the models say.
+the committed text differs from what the models say. The apply order of each committed stack is generated the same
+way, from the unit graph its plan builds, so the README cannot list the units in an order the plan does not follow.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from gpuhosts.config import KIND_HELP, NAMESPACE, ContainerConfig, GpuConfig, HostConfig, NvidiaConfig
+from gpuhosts.plan import load_stack, read_stack_file, stand_in_secrets
 from gpuhosts.render import PROJECT_ROOT
 from gpuhosts.services import ServiceConfig
 from gpuhosts.training import NodeConfig, TrainingConfig
@@ -90,14 +92,40 @@ def markers(kind: str) -> tuple[str, str]:
         f"<!-- end of config reference: {kind} -->"
 
 
+# The committed stacks whose apply order the README shows.
+ORDERED_STACKS = ("kpro5", "trainer")
+
+
+def apply_order(stack: str) -> str:
+    """The stack's units in the order `pulumi up` applies them, with what each waits for."""
+    values, secure = read_stack_file(PROJECT_ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+    values, secure, _warnings = stand_in_secrets(values, secure)
+    _host, graph, _stack_warnings = load_stack(values, secure)
+    lines = ["| # | unit | kind | waits for |", "| --- | --- | --- | --- |"]
+    for number, unit in enumerate(graph.apply_order, 1):
+        needs = ", ".join(f"`{key}`" for key in unit.needs) or "—"
+        lines.append(f"| {number} | `{unit.key}` | {unit.kind} | {needs} |")
+    return "\n".join(lines)
+
+
+def order_markers(stack: str) -> tuple[str, str]:
+    return f"<!-- apply order: {stack} (generated: python -m gpuhosts.schema_doc --write) -->", \
+        f"<!-- end of apply order: {stack} -->"
+
+
+def _replace_between(readme: str, begin: str, end: str, body: str, what: str) -> str:
+    if begin not in readme or end not in readme:
+        raise ValueError(f"README.md lacks the markers of {what}: {begin} … {end}")
+    head, rest = readme.split(begin, 1)
+    _old, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def rendered(readme: str) -> str:
     for kind in KINDS:
-        begin, end = markers(kind)
-        if begin not in readme or end not in readme:
-            raise ValueError(f"README.md lacks the markers of the {kind} config reference: {begin} … {end}")
-        head, rest = readme.split(begin, 1)
-        _old, tail = rest.split(end, 1)
-        readme = f"{head}{begin}\n{table(kind)}\n{end}{tail}"
+        readme = _replace_between(readme, *markers(kind), table(kind), f"the {kind} config reference")
+    for stack in ORDERED_STACKS:
+        readme = _replace_between(readme, *order_markers(stack), apply_order(stack), f"the {stack} apply order")
     return readme
 
 

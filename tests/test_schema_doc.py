@@ -27,3 +27,19 @@ def test_pulumi_yaml_declares_what_the_models_say_every_stack_has():
     from gpuhosts.schema_doc import project_config
 
     assert yaml.safe_load((PROJECT / "Pulumi.yaml").read_text())["config"] == project_config()
+
+
+def test_the_readme_describes_the_kinds_of_units_in_the_order_the_plan_applies_them():
+    import re
+
+    from gpuhosts.schema_doc import ORDERED_STACKS, apply_order
+
+    readme = (PROJECT / "README.md").read_text()
+    for stack in ORDERED_STACKS:
+        kinds = list(dict.fromkeys(re.findall(r"^\| \d+ \| `[^`]+` \| (\w+) \|", apply_order(stack), re.M)))
+        # The prose that follows the stack's generated table describes each kind in bold, in its own order.
+        after = readme.split(f"<!-- end of apply order: {stack} -->", 1)[1].split("\n#", 1)[0]
+        heads = [line.split(" — ", 1)[0] for line in after.splitlines() if line.startswith("- **")]
+        described = [kind for head in heads for kind in re.findall(r"\*\*(\w+)\*\*", head) if kind in kinds]
+        assert described == [kind for kind in kinds if kind in described], (stack, described, kinds)
+        assert set(described) == set(kinds), (stack, set(kinds) - set(described))
