@@ -26,8 +26,9 @@ plan: $(VENV)/.synced
 # chromium renders the training monitor's page headless. apt-get only runs where one of them is missing.
 system-deps:
 	@command -v shellcheck >/dev/null && command -v systemd-analyze >/dev/null && \
-		test -x /usr/sbin/sshd && command -v ssh >/dev/null && command -v chromium >/dev/null || \
-		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client chromium; }
+		test -x /usr/sbin/sshd && command -v ssh >/dev/null && command -v chromium >/dev/null && \
+		command -v /usr/sbin/modprobe >/dev/null && command -v /usr/sbin/depmod >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client chromium kmod; }
 
 test: $(VENV)/.synced system-deps
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts=""
