@@ -265,7 +265,10 @@ def test_bind_mount_both_ways_and_across_restarts(host, running):
     assert tree_digest(host) == mounted
     sh(host, "reboot")
     assert tree_digest(host) == mounted
-    sh(host, "pct set 129 --delete mp0; rm $r/tank/models/from-ct" + ("" if running else "; pct stop 129"))
+    # On the running container the deletion waits for the next start; the mount stays until then.
+    sh(host, "pct set 129 --delete mp0; rm $r/tank/models/from-ct")
+    assert (host / CT / "srv/models").is_symlink() and "del mp0: " in sh(host, "pct pending 129").stdout
+    sh(host, "pct reboot 129" + ("" if running else "; pct stop 129"))
     assert tree_digest(host) == start
 
 

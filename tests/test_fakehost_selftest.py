@@ -231,7 +231,8 @@ def test_pct_set_refuses_missing_node_and_delete_restores(host):
     (host / "dev/nvidia0").write_text("c 195:0\n")
     sh(host, "pct set 129 --dev0 /dev/nvidia0,gid=44,mode=0666 --dev1 /dev/nvidia0")
     assert "dev0: /dev/nvidia0,gid=44,mode=0666\n" in sh(host, "pct config 129").stdout
-    sh(host, "pct set 129 --delete dev0,dev1")
+    # On the running container both wait in [pve:pending]; --revert drops them (--delete would leave them pending).
+    sh(host, "pct set 129 --revert dev0,dev1")
     assert (host / "etc/pve/lxc/129.conf").read_bytes() == conf
 
 

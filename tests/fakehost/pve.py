@@ -12,9 +12,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 from . import host_env, kernel
-from .util import Fail, root, write
+from .util import Fail, root, settings, write
 
 CT, VM = "lxc", "qemu-server"
 
@@ -31,7 +32,7 @@ def vmids(r, kind) -> list:
 
 
 def read_conf(r, kind, vmid):
-    """(description comment lines, {key: value}, raw lxc.* lines, text of snapshot sections)."""
+    """(description comment lines, {key: value}, raw lxc.* lines, text of the sections after the main one)."""
     p = conf_path(r, kind, vmid)
     if not p.exists():
         raise Fail(f"Configuration file 'nodes/kpro5/{kind}/{vmid}.conf' does not exist", 255)
@@ -55,15 +56,105 @@ def write_conf(r, kind, vmid, desc, keys, raw, rest=""):
     write(conf_path(r, kind, vmid), body + "".join(l + "\n" for l in raw) + rest)
 
 
-def print_conf(r, kind, vmid):
-    desc, keys, raw, _ = read_conf(r, kind, vmid)
+# Pending changes: a `[pve:pending]` section after the main one and before the snapshots, holding the new values
+# and `delete: key,key` (pve-container 5eb5574e src/PVE/LXC/Config.pm parse_pct_config / write_pct_config;
+# pve-guest-common 73531017 src/PVE/AbstractConfig.pm parse_pending_delete / print_pending_delete, where a `!`
+# prefix marks a forced deletion).
+PENDING = "pve:pending"
+
+
+def split_pending(rest: str, name: str = PENDING) -> tuple:
+    """({key: value} of the pending section, the text of the other sections)."""
+    pending, others = {}, ""
+    for chunk in rest.split("\n[")[1:]:
+        header, _, body = chunk.partition("\n")
+        if header.strip().lower() == name.lower() + "]":
+            for line in body.splitlines():
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    pending[k.strip()] = v.strip()
+        else:
+            others += "\n[" + chunk
+    return pending, others
+
+
+def join_pending(pending: dict, others: str) -> str:
+    section = ("\n[" + PENDING + "]\n" + "".join(f"{k}: {pending[k]}\n" for k in sorted(pending))) if pending else ""
+    return section + others
+
+
+def pending_deletes(pending: dict) -> list:
+    return [k.lstrip("!") for k in re.split(r"[,;\s]+", pending.get("delete", "")) if k]
+
+
+def _set_pending_deletes(pending: dict, names) -> None:
+    names = sorted(set(names))
+    if names:
+        pending["delete"] = ",".join(names)
+    else:
+        pending.pop("delete", None)
+
+
+def conf_view(keys: dict, pending: dict, current: bool) -> dict:
+    """What `pct config` shows: the pending values taken in and pending deletions left out, unless --current
+    (pve-guest-common 73531017 src/PVE/AbstractConfig.pm load_current_config)."""
+    view = dict(keys)
+    if not current:
+        view.update({k: v for k, v in pending.items() if k != "delete"})
+        for k in pending_deletes(pending):
+            view.pop(k, None)
+    return view
+
+
+def vm_config(r, vmid, current=False) -> dict:
+    """A VM's keys as `qm config` shows them: the `[PENDING]` section taken in unless ``current`` (qemu-server
+    src/PVE/QemuServer.pm parse_vm_config; pve-guest-common 73531017 load_current_config); the description
+    as one text."""
+    desc, keys, _raw, rest = read_conf(r, VM, vmid)
+    view = conf_view(keys, split_pending(rest, "PENDING")[0], current)
     if desc:
-        print("description: " + "%0A".join(l[1:] for l in desc))
-    for k in sorted(keys):
-        print(f"{k}: {keys[k]}")
+        view["description"] = "\n".join(l[1:] for l in desc)
+    return view
+
+
+def print_conf(r, kind, vmid, current=False):
+    desc, keys, raw, rest = read_conf(r, kind, vmid)
+    view = conf_view(keys, split_pending(rest)[0], current)
+    if desc:
+        view["description"] = "%0A".join(l[1:] for l in desc)
+    if kind == CT:
+        # pct config prints every key sorted, the description among them, lxc.* keys last
+        # (pve-container 5eb5574e src/PVE/CLI/pct.pm, the `config` command's printer)
+        lines = [f"{k}: {view[k]}" for k in sorted(view)]
+    else:
+        lines = ([f"description: {view.pop('description')}"] if "description" in view else []) + \
+                [f"{k}: {view[k]}" for k in sorted(view)]
+    for l in lines:
+        print(l)
     for l in raw:
         k, v = l.split(":", 1) if ":" in l else l.split("=", 1)
         print(f"{k.strip()}: {v.strip()}")
+
+
+def print_pending(r, kind, vmid):
+    """`pct pending`: `cur`, `new` and `del` lines sorted by key (pve-guest-common 73531017
+    src/PVE/GuestHelpers.pm config_with_pending_array / format_pending)."""
+    desc, keys, _raw, rest = read_conf(r, kind, vmid)
+    pending = split_pending(rest)[0]
+    keys = dict(keys)
+    if desc:
+        keys["description"] = "%0A".join(l[1:] for l in desc)
+    deletes = set(pending_deletes(pending))
+    for k in sorted(set(keys) | set(pending) - {"delete"}):
+        if k in keys:
+            if k in deletes:
+                print(f"del {k}: {keys[k]}")
+            elif k in pending:
+                print(f"cur {k}: {keys[k]}\nnew {k}: {pending[k]}")
+            else:
+                print(f"cur {k}: {keys[k]}")
+        else:
+            print(f"new {k}: {pending[k]}")
 
 
 # ---- running state --------------------------------------------------------------------------------------
@@ -76,14 +167,67 @@ def vm_running(r, vmid) -> bool:
     return (r / f"run/qemu-server/{vmid}.pid").exists()
 
 
-def vm_functions(r, vmid) -> list:
-    """PCI functions of a VM's hostpciN entries ('0000:01:00' is the whole slot)."""
+def node_name(r) -> str:
+    """The node name Proxmox files this host under: the kernel's nodename cut at the first dot
+    (pve-common src/PVE/INotify.pm `nodename` @ f665029eac78022e81810ab2e44eace57ade13fb). The simulated kernel's
+    nodename is the tree's /etc/hostname, which may hold an FQDN."""
+    p = r / "etc/hostname"
+    return (p.read_text().strip() if p.exists() else "kpro5").split(".", 1)[0]
+
+
+def cmd_hostname(argv):
+    """hostname(1): gethostname(); ``-s`` cuts it at the first dot."""
+    r = root()
+    full = (r / "etc/hostname").read_text().strip() if (r / "etc/hostname").exists() else "kpro5"
+    print(full.split(".", 1)[0] if argv[:1] in (["-s"], ["--short"]) else full)
+
+
+def hostpci_hosts(value: str) -> list:
+    """The PCI ids a hostpciN property string names, and ``mapping=NAME`` for a resource mapping. Keys come in any
+    order and ``host`` is the default key, so a part without ``=`` is the host (qemu-server
+    src/PVE/QemuServer/PCI.pm ``$hostpci_fmt`` @ e6352be67f70042a7433a3a3c712b36d02f9f7cb; pve-common
+    src/PVE/JSONSchema.pm ``parse_property_string`` @ f665029eac78022e81810ab2e44eace57ade13fb)."""
     out = []
-    for k, v in read_conf(r, VM, vmid)[1].items():
+    for part in value.split(","):
+        part = part.strip()
+        if part.startswith("host="):
+            out += part[5:].split(";")
+        elif part.startswith("mapping="):
+            out.append(part)
+        elif part and "=" not in part:
+            out += part.split(";")
+    return out
+
+
+def mapped_paths(r, name) -> list:
+    """The paths ``etc/pve/mapping/pci.cfg`` gives mapping ``name`` on this node (``node=`` is the short name)."""
+    p = r / "etc/pve/mapping/pci.cfg"
+    out, inside = [], False
+    for line in p.read_text().splitlines() if p.exists() else []:
+        if line[:1].strip():
+            inside = line.split()[0] == name
+        elif inside and line.split()[:1] == ["map"]:
+            kv = dict(x.split("=", 1) for x in line.split(None, 1)[1].split(",") if "=" in x)
+            if kv.get("node") == node_name(r):
+                out += kv.get("path", "").split(";")
+    return out
+
+
+def vm_functions(r, vmid) -> list:
+    """PCI functions of a VM's hostpciN entries ('0000:01:00' is the whole slot), from the current config: what
+    the running QEMU was started with, pending changes left out."""
+    out = []
+    for k, v in vm_config(r, vmid, current=True).items():
         if re.fullmatch(r"hostpci\d+", k):
-            for host in v.split(",")[0].removeprefix("host=").split(";"):
-                host = host if host.count(":") == 2 else "0000:" + host
-                out += [a for a in kernel.pci_devices(r) if a == host or (a.startswith(host + ".") and "." not in host)]
+            for host in hostpci_hosts(v):
+                if host.startswith("mapping="):
+                    hosts = mapped_paths(r, host[8:])
+                else:
+                    hosts = [host]
+                for h in hosts:
+                    h = h.lower()
+                    h = h if h.count(":") == 2 else "0000:" + h
+                    out += [a for a in kernel.pci_devices(r) if a == h or (a.startswith(h + ".") and "." not in h)]
     return out
 
 
@@ -91,15 +235,78 @@ def ct_root(r, vmid):
     return r / f"var/lib/lxc/{vmid}/rootfs"
 
 
-def ct_devices(r, vmid) -> list:
-    return [v.split(",")[0] for k, v in sorted(read_conf(r, CT, vmid)[1].items()) if re.fullmatch(r"dev\d+", k)]
+# The host's pve-container version (host setting `pve_container_version`). The seed's default, 5.2.2, is what a
+# Proxmox VE 8.3 host with the seed's kernel 6.8.12-4-pve runs (pve-container a39c5b06, "bump version to 5.2.2",
+# 2024-11-19).
+PVE_CONTAINER_VERSION = "5.2.2"
+# A new devN on a running container is plugged in at once from 6.0.4 on (pve-container 27a7f7dc debian/changelog
+# "implement device hotplug"; src/PVE/LXC/Config.pm vmconfig_hotplug_pending); before, it waits for a restart.
+DEV_HOTPLUG_SINCE = (6, 0, 4)
+
+
+def pve_container_version(r) -> tuple:
+    from .util import settings
+    version = settings(r).get("pve_container_version", PVE_CONTAINER_VERSION)
+    return tuple(int(n) for n in re.findall(r"\d+", version)[:3])
+
+
+def parse_property_string(key, val, default_key, known) -> dict:
+    """pve-common f665029e src/PVE/JSONSchema.pm parse_property_string: parts split at every ',' (no quoting), a
+    part with '=' is key=value (the key up to the first '='), one without is the default key's value."""
+    res = {}
+    for part in val.split(","):
+        if not part.strip():
+            continue
+        k, eq, v = part.partition("=")
+        if not eq:
+            k, v = default_key, part
+        elif not v:
+            k = None
+        if k is None or k not in known:
+            why = "missing key in" if k is None else "invalid key in"
+            raise Fail(f"400 Parameter verification failed.\n{key}: {why} comma-separated list property"
+                       + (f": {k}" if k else ""), 255)
+        if k in res:
+            raise Fail(f"400 Parameter verification failed.\n{key}: duplicate key in comma-separated list property: "
+                       f"{k}", 255)
+        res[k] = v
+    return res
+
+
+# pve-container 5eb5574e src/PVE/LXC/Config.pm $dev_desc: `path` is the default key.
+DEV_KEYS = ("path", "mode", "uid", "gid", "deny-write")
+
+
+def parse_device(key, val) -> dict:
+    """pve-container 5eb5574e src/PVE/LXC/Config.pm parse_device and verify_lxc_dev_string."""
+    dev = parse_property_string(key, val, "path", DEV_KEYS)
+    if "path" not in dev:
+        raise Fail(f"Path is not defined for passthrough device {key}", 255)
+    if not dev["path"].startswith("/dev/") or re.search(r"/\.\.?(/|$)", dev["path"]):
+        raise Fail(f"400 Parameter verification failed.\n{key}: invalid format - {dev['path']} is not a valid device "
+                   "path", 255)
+    return dev
+
+
+def check_device_node(r, path):
+    """pve-container 5eb5574e src/PVE/LXC/Tools.pm get_device_mode_and_rdev: the host node must exist."""
+    if not (r / path.lstrip("/")).exists():
+        raise Fail(f"Device {path} does not exist", 255)
+
+
+def ct_devices(r, vmid, keys=None) -> list:
+    """The host paths of the devN entries in effect (not the pending ones)."""
+    keys = read_conf(r, CT, vmid)[1] if keys is None else keys
+    return [parse_device(k, v)["path"] for k, v in sorted(keys.items()) if re.fullmatch(r"dev\d+", k)]
+
+
+MP_KEYS = ("volume", "mp", "acl", "backup", "quota", "replicate", "ro", "shared", "size", "mountoptions")
 
 
 def parse_mp(key, val):
     """(host path, container path) of a bind mount; None for a storage volume (not simulated)."""
-    parts = val.split(",")
-    opts = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
-    source, target = parts[0].removeprefix("volume="), opts.get("mp")
+    opts = parse_property_string(key, val, "volume", MP_KEYS)
+    source, target = opts.get("volume", ""), opts.get("mp")
     if not target:
         raise Fail(f"400 Parameter verification failed.\n{key}: invalid format - format error\n"
                    f"{key}.mp: property is missing and it is not optional", 255)
@@ -166,9 +373,12 @@ def ct_power_off(r, vmid):
 def ct_start(r, vmid):
     if ct_running(r, vmid):
         raise Fail(f"CT {vmid} already running", 255)
+    ct_prestart(r, vmid)
     seen = []
     for path in ct_devices(r, vmid):
         node = r / path.lstrip("/")
+        # update_lxc_config stats each devN path (src/PVE/LXC/Tools.pm get_device_mode_and_rdev, pve-container
+        # 94f558522ef61f9858c39c264d0ac4e697e49268): a missing node fails the start.
         if not node.exists():
             raise Fail(f"Device {path} does not exist\nstartup for container '{vmid}' failed", 255)
         seen.append([path, node.read_text().strip()])
@@ -243,8 +453,10 @@ def cmd_pct(argv):
         return 0
     vmid = _vmid(argv)
     read_conf(r, CT, vmid)
-    if sub in ("config", "pending"):
-        print_conf(r, CT, vmid)
+    if sub == "config":
+        print_conf(r, CT, vmid, current="--current" in argv[2:] or "-current" in argv[2:])
+    elif sub == "pending":
+        print_pending(r, CT, vmid)
     elif sub == "status":
         print(f"status: {'running' if ct_running(r, vmid) else 'stopped'}")
     elif sub == "start":
@@ -277,29 +489,142 @@ def cmd_pct(argv):
         raise Fail(f"unknown command 'pct {sub}'", 255)
 
 
-def pct_set(r, vmid, opts):
+# Options a running container takes at once; everything else waits in [pve:pending] for the next start unless
+# vmconfig_hotplug_pending plugs it in (pve-container 5eb5574e src/PVE/LXC/Config.pm $LXC_FASTPLUG_OPTIONS,
+# vmconfig_hotplug_pending).
+FASTPLUG = {"description", "onboot", "startup", "protection", "hostname", "hookscript", "cores", "tags", "lock"}
+HOT_DELETE = re.compile(r"unused\d+|swap|cpulimit|cpuunits|net\d+")
+HOT_SET = re.compile(r"cpulimit|cpuunits|net\d+|memory|swap")
+
+
+def passthrough_path(vmid, path):
+    return f"/var/lib/lxc/{vmid}/passthrough{path}"
+
+
+def check_passthrough(r, vmid, keys):
+    """What a start checks of the devN entries: update_lxc_config stats every node, then the pre-start hook makes
+    each one under /var/lib/lxc/<vmid>/passthrough with mknod, which fails for a path already made (pve-container
+    5eb5574e src/PVE/LXC.pm update_lxc_config, create_passthrough_device_node; src/lxc-pve-prestart-hook)."""
+    paths = ct_devices(r, vmid, keys)
+    for path in paths:
+        check_device_node(r, path)
+    made = set()
+    for path in paths:
+        if path in made:
+            raise Fail(f"failed to mknod {passthrough_path(vmid, path)}: File exists\n"
+                       f"startup for container '{vmid}' failed", 255)
+        made.add(path)
+
+
+def apply_pending(keys, pending, selection=None):
+    """pve-container 5eb5574e src/PVE/LXC/Config.pm vmconfig_apply_pending: deletions, then new values."""
+    deletes = pending_deletes(pending)
+    for k in deletes:
+        if selection is None or k in selection:
+            keys.pop(k, None)
+    _set_pending_deletes(pending, [k for k in deletes if selection is not None and k not in selection])
+    cleanup_pending(keys, pending)
+    for k in [k for k in pending if k != "delete" and (selection is None or k in selection)]:
+        keys[k] = pending.pop(k)
+
+
+def cleanup_pending(keys, pending):
+    """pve-guest-common 73531017 src/PVE/AbstractConfig.pm cleanup_pending: a pending value equal to the current
+    one and the deletion of an unset key are dropped."""
+    for k in [k for k in pending if k != "delete" and keys.get(k) == pending[k]]:
+        del pending[k]
+    _set_pending_deletes(pending, [k for k in pending_deletes(pending) if k in keys])
+
+
+def ct_prestart(r, vmid):
+    """The start's own part before lxc-start: pending changes applied and written (vm_start), then the devN checks."""
     desc, keys, raw, rest = read_conf(r, CT, vmid)
+    pending, others = split_pending(rest)
+    if pending:
+        apply_pending(keys, pending)
+        write_conf(r, CT, vmid, desc, keys, raw, join_pending(pending, others))
+    check_passthrough(r, vmid, keys)
+
+
+def hotplug_pending(r, vmid, keys, pending, selection):
+    """pve-container 5eb5574e src/PVE/LXC/Config.pm vmconfig_hotplug_pending on a running container; returns the
+    errors by key. mpN and devN deletions are not hot-unplugged: they stay pending until the next start."""
+    errors = {}
+    for k in [k for k in pending if k in FASTPLUG and k in selection]:
+        keys[k] = pending.pop(k)
+    deletes = pending_deletes(pending)
+    done = [k for k in deletes if k in selection and (k in FASTPLUG or HOT_DELETE.fullmatch(k))]
+    for k in done:
+        keys.pop(k, None)
+    _set_pending_deletes(pending, [k for k in deletes if k not in done])
+    for k in sorted(k for k in pending if k != "delete" and k in selection):
+        value = pending[k]
+        if HOT_SET.fullmatch(k):
+            pass
+        elif re.fullmatch(r"mp\d+", k) and k not in keys:
+            pass  # a new mount point is mounted at once (sync_mounts after the write)
+        elif re.fullmatch(r"dev\d+", k) and k not in keys and pve_container_version(r) >= DEV_HOTPLUG_SINCE:
+            path = parse_device(k, value)["path"]
+            if path in ct_devices(r, vmid, keys):  # create_passthrough_device_node's mknod
+                errors[k] = f"unable to hotplug {k}: failed to mknod {passthrough_path(vmid, path)}: File exists"
+                continue
+            seen = ct_seen_devices(r, vmid)
+            write(r / f"run/lxc/{vmid}.devices",
+                  json.dumps(seen + [[path, (r / path.lstrip("/")).read_text().strip()]]) + "\n")
+        else:
+            continue  # waits for the next start
+        keys[k] = pending.pop(k)
+    return errors
+
+
+def pct_set(r, vmid, opts):
+    """The API's update_vm with update_pct_config (pve-container 5eb5574e src/PVE/API2/LXC/Config.pm update_vm,
+    src/PVE/LXC/Config.pm update_pct_config)."""
+    desc, keys, raw, rest = read_conf(r, CT, vmid)
+    pending, others = split_pending(rest)
+    params, delete, revert = {}, [], []
     it = iter(opts)
     for o in it:
         key, val = o.lstrip("-"), next(it, None)
         if val is None:
             raise Fail(f"400 Parameter verification failed.\n{key}: missing value", 255)
-        if key == "delete":
-            for k in val.replace(";", ",").split(","):
-                keys.pop(k.strip(), None)
+        if key in ("delete", "revert"):
+            (delete if key == "delete" else revert).extend(k for k in re.split(r"[,;\s]+", val) if k)
+        else:
+            params[key] = val
+    for k in revert:
+        pending.pop(k, None)
+        _set_pending_deletes(pending, [d for d in pending_deletes(pending) if d != k])
+    for k in delete:
+        if k not in keys and k not in pending:
+            print(f"cannot delete '{k}' - not set in current configuration!", file=sys.stderr)
             continue
+        _set_pending_deletes(pending, pending_deletes(pending) + [k])
+    for key in sorted(params):
+        val = params[key]
         if re.fullmatch(r"dev\d+", key):
-            path = val.split(",")[0].removeprefix("path=")
-            if not path.startswith("/dev/"):
-                raise Fail(f"400 Parameter verification failed.\n{key}: invalid format - path must start with /dev/", 255)
-            if not (r / path.lstrip("/")).exists():
-                raise Fail(f"Device {path} does not exist", 255)
+            check_device_node(r, parse_device(key, val)["path"])
         if re.fullmatch(r"mp\d+", key) and (bind := parse_mp(key, val)) and not (r / bind[0].lstrip("/")).exists():
             raise Fail(f"400 Parameter verification failed.\n{key}: mount point source '{bind[0]}' does not exist", 255)
-        keys[key] = val
-    write_conf(r, CT, vmid, desc, keys, raw, rest)
-    if ct_running(r, vmid):  # bind mounts are hot-plugged
+        pending[key] = val
+        _set_pending_deletes(pending, [d for d in pending_deletes(pending) if d != key])
+    cleanup_pending(keys, pending)
+    selection = set(params) | set(delete)
+    if ct_running(r, vmid):
+        errors = hotplug_pending(r, vmid, keys, pending, selection)
+    else:
+        errors, _ = {}, apply_pending(keys, pending, selection)
+    if errors:  # nothing is written then
+        raise Fail("400 Parameter verification failed.\n" + "".join(f"{k}: {v}\n" for k, v in sorted(errors.items())),
+                   255)
+    write_conf(r, CT, vmid, desc, keys, raw, join_pending(pending, others))
+    if ct_running(r, vmid):
         sync_mounts(r, vmid, ct_binds(r, vmid))
+    # After the write the API regenerates the container's lxc config, which stats the node of every devN in
+    # effect: one missing node fails every `pct set`, whatever it changed (update_vm: write_config, then
+    # update_lxc_config).
+    for path in ct_devices(r, vmid, keys):
+        check_device_node(r, path)
 
 
 def pct_exec(r, vmid, argv):
@@ -332,23 +657,45 @@ def pct_exec(r, vmid, argv):
 
 # ---- qm -------------------------------------------------------------------------------------------------
 
+def qm_list_rows(r) -> list:
+    """(vmid, name, status, mem MB, boot disk GB, pid) as ``qm list`` gets them: an unnamed VM is "VM <vmid>"
+    (qemu-server src/PVE/QemuServer.pm ``vmstatus`` @ e6352be67f70042a7433a3a3c712b36d02f9f7cb)."""
+    rows = []
+    for v in vmids(r, VM):
+        keys = vm_config(r, v, current=True)
+        disk = re.search(r"size=(\d+)G", keys.get(keys.get("bootdisk", "scsi0"), "") or "")
+        pid = (r / f"run/qemu-server/{v}.pid").read_text().strip() if vm_running(r, v) else "0"
+        rows.append((v, keys.get("name") or f"VM {v}", "running" if vm_running(r, v) else "stopped",
+                     int(keys.get("memory", "2048")), float(disk.group(1) if disk else 0), pid))
+    return rows
+
+
 def cmd_qm(argv):
     r = root()
     sub = argv[0] if argv else ""
+    # A failing qm (pmxcfs down, a lock, a broken config): the message on stderr and Perl's status for a die.
+    failing = settings(r).get("qm_fail", {})
+    if sub in failing or "*" in failing:
+        raise Fail(failing.get(sub, failing.get("*")), 255)
     if sub == "list":
-        print(f"{'VMID':>10} {'NAME':<20} {'STATUS':<10} {'MEM(MB)':<10} {'BOOTDISK(GB)':>12} {'PID':<10}")
-        for v in vmids(r, VM):
-            keys = read_conf(r, VM, v)[1]
-            disk = re.search(r"size=(\d+)G", keys.get(keys.get("bootdisk", "scsi0"), "") or "")
-            pid = (r / f"run/qemu-server/{v}.pid").read_text().strip() if vm_running(r, v) else "0"
-            print(f"{v:>10} {keys.get('name', ''):<20} {'running' if vm_running(r, v) else 'stopped':<10} "
-                  f"{keys.get('memory', '2048'):<10} {float(disk.group(1) if disk else 0):>12.2f} {pid:<10}")
+        rows = qm_list_rows(r)
+        if not rows:  # qm.pm's list exits before the header when there is no VM
+            return 0
+        # the header and row formats of qm.pm's `list` (src/PVE/CLI/qm.pm @ e6352be67f70042a7433a3a3c712b36d02f9f7cb)
+        print("%10s %-20s %-10s %-10s %12s %-10s" % ("VMID", "NAME", "STATUS", "MEM(MB)", "BOOTDISK(GB)", "PID"))
+        for row in rows:
+            print("%10s %-20s %-10s %-10s %12.2f %-10s" % row)
         return 0
     vmid = _vmid(argv)
     read_conf(r, VM, vmid)
-    if sub in ("config", "pending"):
+    if sub == "config":
+        # sorted keys, digest left out, the description encoded as one line (qm.pm `config`)
+        for k, v in sorted(vm_config(r, vmid, current="--current" in argv or "-current" in argv).items()):
+            print(f"{k}: {v.replace(chr(10), '%0A') if k == 'description' else v}")
+    elif sub == "pending":
         print_conf(r, VM, vmid)
     elif sub == "status":
+        # qm.pm `status` prints QMP's status of a running VM; the simulated one is never paused
         print(f"status: {'running' if vm_running(r, vmid) else 'stopped'}")
     elif sub == "start":
         vm_start(r, vmid)
