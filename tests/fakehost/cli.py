@@ -4,12 +4,13 @@ import sys
 from .util import run_main
 
 COMMANDS = {  # program -> (module, function)
-    "pct": ("pve", "cmd_pct"), "qm": ("pve", "cmd_qm"),
+    "pct": ("pve", "cmd_pct"), "qm": ("pve", "cmd_qm"), "hostname": ("pve", "cmd_hostname"),
     "nvidia-smi": ("nvtools", "cmd_nvidia_smi"), "nvidia-modprobe": ("nvtools", "cmd_nvidia_modprobe"),
     "nvidia-persistenced": ("nvtools", "cmd_nvidia_persistenced"),
     "nvidia-uninstall": ("nvtools", "cmd_nvidia_uninstall"), "fuser": ("nvtools", "cmd_fuser"),
     "modprobe": ("system", "cmd_modprobe"), "update-initramfs": ("system", "cmd_update_initramfs"),
     "proxmox-boot-tool": ("system", "cmd_proxmox_boot_tool"), "update-grub": ("system", "cmd_update_grub"),
+    "pveversion": ("hostinfo", "cmd_pveversion"), "mokutil": ("hostinfo", "cmd_mokutil"), "dkms": ("dkms", "cmd_dkms"),
     "apt-get": ("system", "cmd_apt_get"), "dpkg-query": ("system", "cmd_dpkg_query"), "dpkg": ("system", "cmd_dpkg"),
     "uname": ("system", "cmd_uname"), "systemctl": ("systemd", "cmd_systemctl"), "reboot": ("boot", "cmd_reboot"),
     "fakehost-sysfs-hook": ("kernel", "main"), "journalctl": ("systemd", "cmd_journalctl"),

@@ -3,12 +3,14 @@
 The tools the .run installer provides answer "command not found" until it installed them under the root.
 """
 import glob
+import json
 import re
 import sys
+from pathlib import Path
 
 from . import kernel
 from .pve import ct_seen_devices
-from .util import Fail, container, root, tree, unprefix, write
+from .util import Fail, container, root, settings, tree, unprefix, write
 
 NOT_LOADED = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
               "latest NVIDIA driver is installed and running.\n")
@@ -40,6 +42,10 @@ def visible_gpus(r, t):
                    f"NVML library version: {userspace_version(r)}", 18)
     gpus = kernel.nv_gpus(t)
     ct = container()
+    if not ct and (r / "usr/bin/nvidia-modprobe").exists():
+        # NVML, a user-space driver component, has nvidia-modprobe make the nodes it opens (nvidia-modprobe.1.m4
+        # at tag 580.126.09, DESCRIPTION): the control node and every GPU's.
+        create_nodes(r, [NV_CTL_MINOR] + [m for _, m in gpus])
     if ct:  # only the nodes the container got at its last start
         nodes = {p for p, _ in ct_seen_devices(t, ct)}
         if "/dev/nvidiactl" not in nodes:
@@ -80,8 +86,22 @@ def opt(argv, *names):
     return None
 
 
+FAILURES = Path(__file__).resolve().parent.parent / "fixtures/facts/h200-tool-failures/commands.json"
+
+
+def captured_failure(case: str) -> int:
+    """Prints what the real tool printed in a captured case of tests/fixtures/facts/h200-tool-failures and
+    answers its exit status: nvidia-smi reports its errors on stdout."""
+    c = json.loads(FAILURES.read_text())[case]
+    sys.stdout.write(c["stdout"])
+    sys.stderr.write(c["stderr"])
+    return c["rc"]
+
+
 def cmd_nvidia_smi(argv):
     r, t = root(), tree()
+    if settings(t).get("nvidia_smi_fail"):  # a case name of the captured failures
+        return captured_failure(settings(t)["nvidia_smi_fail"])
     gpus = visible_gpus(r, t)
     ident, pm = opt(argv, "-i", "--id"), opt(argv, "-pm", "--persistence-mode")
     fmt = (opt(argv, "--format") or "csv").split(",")
@@ -131,27 +151,70 @@ def cmd_nvidia_smi(argv):
     return 0
 
 
+# nvidia-modprobe, as nvidia-modprobe.c main and modprobe-utils/nvidia-modprobe-utils.c at tag 580.126.09 do it.
+NV_MAJOR = 195  # NV_MAJOR_DEVICE_NUMBER
+NV_CTL_MINOR = 255  # NV_CTL_DEVICE_NUM: -c=255 names /dev/nvidiactl (assign_device_file_name)
+
+
+def chardev_major(r, name):
+    """nvidia_get_chardev_major: the major of a whole-line name in /proc/devices' character section; None."""
+    p = r / "proc/devices"
+    lines = p.read_text().split("\n\n")[0].splitlines()[1:] if p.exists() else []
+    return next((int(line.split()[0]) for line in lines if line.split()[1:] == [name]), None)
+
+
+def mknod(r, path, major, minor) -> bool:
+    """mknod_helper: a node with the right number stays, any other file there is replaced; mode 0666, root."""
+    node, want = r / path.lstrip("/"), f"c {major}:{minor}\n"
+    if not (node.is_file() and node.read_text() == want):
+        node.unlink(missing_ok=True)
+        write(node, want, 0o666)
+    return True
+
+
+def nvidia_mknod(r, minor) -> bool:
+    """nvidia_mknod: /dev/nvidiaN for 0..254, /dev/nvidiactl for 255, nothing (a failure) outside."""
+    if not 0 <= minor <= NV_CTL_MINOR:
+        return False
+    return mknod(r, "/dev/nvidiactl" if minor == NV_CTL_MINOR else f"/dev/nvidia{minor}", NV_MAJOR, minor)
+
+
+def uvm_mknod(r, base) -> bool:
+    """nvidia_uvm_mknod: only /dev/nvidia-uvm (base) and /dev/nvidia-uvm-tools (base+1), major from /proc/devices."""
+    major = chardev_major(r, "nvidia-uvm")
+    return major is not None and mknod(r, "/dev/nvidia-uvm", major, base) and \
+        mknod(r, "/dev/nvidia-uvm-tools", major, base + 1)
+
+
+def create_nodes(r, minors) -> bool:
+    """What a user-space driver component running as root asks nvidia-modprobe for: the module and these nodes."""
+    from .system import modprobe
+    try:
+        modprobe(r, "nvidia")
+    except Fail:
+        return False
+    return all(nvidia_mknod(r, m) for m in minors)
+
+
 def cmd_nvidia_modprobe(argv):
     r = root()
     require_installed(r, "nvidia-modprobe")
     uvm = "-u" in argv or "--unified-memory" in argv
-    minors = [a.split("=", 1)[1] for a in argv if a.startswith(("-c=", "--create-nvidia-device-file="))]
-    minors += [argv[i + 1] for i, a in enumerate(argv) if a in ("-c", "--create-nvidia-device-file") and i + 1 < len(argv)]
+    try:
+        minors = [int(a.split("=", 1)[1]) for a in argv if a.startswith(("-c=", "--create-nvidia-device-file="))]
+        minors += [int(argv[i + 1]) for i, a in enumerate(argv)
+                   if a in ("-c", "--create-nvidia-device-file") and i + 1 < len(argv)]
+    except ValueError:
+        print("ERROR: Invalid commandline, please run `nvidia-modprobe --help` for usage information.", file=sys.stderr)
+        return 1
+    if not uvm:  # main's last branch: load nvidia, then one nvidia_mknod per -c
+        return 0 if create_nodes(r, minors) else 1
     from .system import modprobe
     try:
-        modprobe(r, "nvidia")
-        if uvm:
-            modprobe(r, "nvidia_uvm")
+        modprobe(r, "nvidia_uvm")  # nvidia_uvm_modprobe; modprobe brings nvidia, which nvidia-uvm depends on
     except Fail:
-        return 1  # nvidia-modprobe fails silently
-    major = kernel.settings(r)["uvm_major"]
-    for n in minors:
-        if uvm:
-            write(r / "dev/nvidia-uvm", f"c {major}:0\n", 0o666)
-            write(r / "dev/nvidia-uvm-tools", f"c {major}:1\n", 0o666)
-        else:
-            write(r / f"dev/nvidia{int(n)}", f"c 195:{int(n)}\n", 0o666)
-    return 0
+        return 1  # modprobe runs with its output silenced (silence_process_actions)
+    return 0 if all(uvm_mknod(r, m) for m in minors) else 1
 
 
 def cmd_nvidia_persistenced(argv):
@@ -159,6 +222,10 @@ def cmd_nvidia_persistenced(argv):
     require_installed(r, "nvidia-persistenced")
     st = kernel.kstate(r)
     if container() or kernel.nv_module_version(r) is None or st["persistenced"]:
+        raise Fail("nvidia-persistenced failed to initialize. Check syslog for more details.", 1)
+    # It opens every GPU through nvidia-cfg, which runs nvidia-modprobe for the module and the nodes
+    # (nvidia-persistenced.1.m4 at tag 580.126.09, PRIVILEGES).
+    if not create_nodes(r, [NV_CTL_MINOR] + [m for _, m in kernel.nv_gpus(r)]):
         raise Fail("nvidia-persistenced failed to initialize. Check syslog for more details.", 1)
     st["persistenced"] = kernel.new_pid(r)
     st["next_pid"] = kernel.kstate(r)["next_pid"]
@@ -188,6 +255,11 @@ def node_holders(r, node):
 
 def cmd_fuser(argv):
     r = root()
+    # psmisc's fuser prints its errors on stderr and exits 1, as it does for "no process": only stderr tells
+    # them apart (psmisc 23.6 and 23.7, tests/fixtures/facts/h200-tool-failures `fuser-missing`, `fuser-idle`).
+    if settings(tree()).get("fuser_fail"):
+        print(settings(tree())["fuser_fail"], file=sys.stderr)
+        return 1
     silent, verbose, kill = "-s" in argv, "-v" in argv, "-k" in argv
     found = False
     for arg in (a for a in argv if not a.startswith("-")):
