@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
+
 from gpuhosts.config import ContainerConfig, StackConfig
 from gpuhosts.facts import Fact, desired, file_fact, observation, render_probe, systemd_fact
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
+# The boot unit makes every NVIDIA node a container needs; its file keeps the name hosts already have enabled.
 UVM_UNIT = "gpuhosts-nvidia-uvm.service"
 UVM_AT_BOOT = "nvidia-uvm-at-boot"
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
@@ -17,17 +20,21 @@ def devices_key(vmid: int) -> str:
 
 
 def plan_uvm_at_boot(config: StackConfig, needs: tuple[str, ...]) -> Unit:
+    """The boot unit that makes every NVIDIA device node a container is given, before the guests start: nothing
+    else creates them at boot (no udev rule, the module makes none). Its key keeps its first name."""
     unit_file = HostFile(f"/etc/systemd/system/{UVM_UNIT}", render("lxc_gpu_passthrough/nvidia-uvm.service.j2"))
-    values = dict(unit=UVM_AT_BOOT, uvm_unit=unit_file, uvm_unit_name=UVM_UNIT)
+    gpus = sorted({gpu.address for container in config.containers for gpu in config.container_gpus(container.vmid)})
+    values = dict(unit=UVM_AT_BOOT, uvm_unit=unit_file, uvm_unit_name=UVM_UNIT, container_gpus=gpus)
+    node = "[ -e \"$root{node}\" ] && echo present || echo missing"
     facts = [file_fact(unit_file), systemd_fact(UVM_UNIT),
-             *(Fact(f"node {node}", f"[ -e \"$root{node}\" ] && echo present || echo missing", "present")
-               for node in CONTROL_NODES[1:])]
+             *(Fact(f"node {path}", node.format(node=path), "present") for path in CONTROL_NODES),
+             *(Fact(f"node of GPU {address}", f"gpu_node {shlex.quote(address)}", "present") for address in gpus)]
     return Unit(
         key=UVM_AT_BOOT,
         kind="LxcGpuPassthrough",
         ensure=render("lxc_gpu_passthrough/uvm-ensure.sh.j2", **values),
         teardown=render("lxc_gpu_passthrough/uvm-teardown.sh.j2", **values),
-        probe=render_probe(UVM_AT_BOOT, facts),
+        probe=render_probe(UVM_AT_BOOT, facts, prelude=render("lxc_gpu_passthrough/nodes-probe-helpers.sh.j2")),
         desired=desired(facts),
         needs=needs,
         files=(unit_file,),

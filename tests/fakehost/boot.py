@@ -13,8 +13,10 @@
    ``install``); then udev coldplug loads a driver for each device still unbound: NVIDIA GPU -> ``nvidia`` if
    installed for the kernel and not blacklisted, else ``nouveau`` unless blacklisted; HDMI audio ->
    ``snd_hda_intel``. (A simplification: the real udev would also load modules for devices already claimed.)
-5. The other enabled units start (in name order), then guests with ``onboot: 1`` (VMs, then containers).
-   Guests that fail to start are listed in ``run/fakehost/boot.log``.
+5. The other enabled units start in an order systemd could choose (``systemd.boot_order``): those ordered
+   before ``pve-guests.service`` first, then the guests with ``onboot: 1`` (VMs, then containers), then the rest.
+   Guests that fail to start are listed in ``run/fakehost/boot.log``. No unit makes an NVIDIA device node unless
+   it runs nvidia-modprobe (or a tool that calls it): the kernel makes none.
 """
 import os
 import shutil
@@ -103,9 +105,19 @@ def boot(r):
         for m in cands[:1]:
             _load(r, m, conf, "udev")
         kernel.probe(r, a)
-    for u in units:
-        if u not in early and systemd.start(r, u):
+    # systemd starts the rest of the transaction in an order its Before=/After= allow; the guests start when
+    # pve-guests.service's turn comes (startall: VMs, then containers).
+    before, after = systemd.boot_order(r, [u for u in units if u not in early and u != systemd.PVE_GUESTS])
+    for u in before:
+        if systemd.start(r, u):
             _log(r, f"unit {u} failed")
+    _start_guests(r)
+    for u in after:
+        if systemd.start(r, u):
+            _log(r, f"unit {u} failed")
+
+
+def _start_guests(r):
     for vmid in pve.vmids(r, pve.VM):
         if pve.read_conf(r, pve.VM, vmid)[1].get("onboot") == "1":
             try:
@@ -118,6 +130,7 @@ def boot(r):
                 pve.ct_start(r, vmid)
             except Fail as e:
                 _log(r, f"CT {vmid}: {e.msg}")
+    write(r / systemd.ACTIVE / systemd.PVE_GUESTS, "")
 
 
 def reboot(r):

@@ -161,7 +161,8 @@ def _bind_nvidia(r, addr):
           f"Model: \t\t {name}\nIRQ:   \t\t {irq}\nGPU UUID: \t {gpu_uuid(addr)}\nVideo BIOS: \t {vbios}\n"
           f"Bus Type: \t PCIe\nDMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\nBus Location: \t {addr}\n"
           f"Device Minor: \t {minor}\nGPU Firmware: \t {fw}\nGPU Excluded:\t No\n")
-    write(r / f"dev/nvidia{minor}", f"c 195:{minor}\n", 0o666)
+    # No /dev/nvidia<minor>: the module registers char major 195 but makes no node, and the .run installs no udev
+    # rule; nvidia-modprobe (nvtools.cmd_nvidia_modprobe) makes them (docs/fakehost-contract.md, "Device nodes").
 
 
 def bind(r, addr, drv):
@@ -298,7 +299,6 @@ def insert_module(r, mod, options=None):
             line = f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {ver}  {NV_DATE}"
         write(r / "proc/driver/nvidia/version", line + "\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n")
         write(r / "sys/module/nvidia/version", ver + "\n")
-        write(r / "dev/nvidiactl", "c 195:255\n", 0o666)
     write(r / "sys/module" / mod / "initstate", "live\n")
     st = kstate(r)
     st["modules"].append(mod)

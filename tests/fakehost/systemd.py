@@ -7,6 +7,7 @@ tests cannot keep a server process alive. Active state lives under ``run/``. Wha
 the service is checked: WorkingDirectory=, EnvironmentFile= and that the program exists. A Type=simple unit that
 fails there still starts "successfully" (systemd reports it only afterwards) and is then failed.
 """
+import heapq
 import os
 import shlex
 import sys
@@ -190,6 +191,55 @@ def enabled_units(r) -> list:
     dirs = [d for d in (r / "etc/systemd/system").glob("*.*") if d.name.endswith((".wants", ".requires"))]
     names = {p.name for d in dirs for p in d.iterdir()}
     return sorted(n for n in names if n.endswith(".service") and find_unit(r, n))
+
+
+PVE_GUESTS = "pve-guests.service"
+# Proxmox's unit, reconstructed from pve-manager for what ordering needs (tests/fixtures/systemd/README.md).
+PVE_GUESTS_STANDIN = BIN.parent.parent / "fixtures/systemd" / PVE_GUESTS
+
+
+def unit_or_standin(r, name) -> dict:
+    if name == PVE_GUESTS and not find_unit(r, name):
+        return parse_unit(PVE_GUESTS_STANDIN.read_text())
+    return unit(r, name)
+
+
+def boot_order(r, names, anchor=PVE_GUESTS) -> tuple[list, list]:
+    """The units of ``names`` in an order systemd may start them, split at ``anchor``: (those ordered before it,
+    directly or through others, and the rest). systemd.unit(5) (systemd 252), "Before=, After=": ordering binds
+    only units that are both started, After= is the inverse of Before=, and a unit ordered before another has
+    finished starting before the other starts; units with no ordering between them start in parallel, so the
+    rest go after the anchor here, the order in which a race could run them. Ties break by name."""
+    names = sorted(set(names) | {anchor})
+    deps = {n: set() for n in names}  # n -> units that must have started before n
+    for n in names:
+        u = unit_or_standin(r, n)
+        for other in " ".join(u.get("Unit.After", [])).split():
+            if other in deps and other != n:
+                deps[n].add(other)
+        for other in " ".join(u.get("Unit.Before", [])).split():
+            if other in deps and other != n:
+                deps[other].add(n)
+    ready = [n for n in names if not deps[n]]
+    heapq.heapify(ready)
+    order, left = [], {n: set(d) for n, d in deps.items()}
+    while ready:
+        n = heapq.heappop(ready)
+        order.append(n)
+        for m in names:
+            if n in left[m]:
+                left[m].discard(n)
+                if not left[m]:
+                    heapq.heappush(ready, m)
+    if len(order) != len(names):  # systemd breaks a cycle by dropping a job; the simulation refuses
+        raise Fail("fakehost: ordering cycle among " + ", ".join(n for n in names if n not in order))
+    before, todo = set(), [anchor]
+    while todo:
+        for d in deps[todo.pop()]:
+            if d not in before:
+                before.add(d)
+                todo.append(d)
+    return [n for n in order if n in before], [n for n in order if n not in before and n != anchor]
 
 
 def state(r, name) -> str:
