@@ -1,4 +1,5 @@
 """The simulated host's own behaviour: each stand-in acts as the real host does (docs/fakehost-contract.md)."""
+import json
 import subprocess
 import sys
 import time
@@ -382,3 +383,67 @@ def test_digest_equal_after_revert(host, run):
 def test_small_tools(host, cmd, rc, out):
     p = sh(host, cmd, check=False)
     assert (p.returncode, p.stdout) == (rc, out), p.stderr
+
+
+# ---- hf download into a local dir (huggingface_hub v0.36.0) ----------------------------------------------
+
+QWEN = "Qwen/Qwen3.6-27B"
+
+
+def hf(tree, *argv):
+    return subprocess.run([sys.executable, "-m", "fakehost.cli", "hf", "download", *argv], env=host_env(tree),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_hf_leaves_a_lock_beside_each_metadata_file(host):
+    ldir = host / "srv/models/q"
+    for _ in range(2):  # the second run fetches nothing and still takes each file's lock
+        p = hf(host, QWEN, "--local-dir", str(ldir), "--quiet")
+        assert p.returncode == 0, p.stderr
+        names = sorted(f.name for f in (ldir / ".cache/huggingface/download").iterdir())
+        files = sorted(f.name for f in ldir.iterdir() if f.is_file())
+        assert names == sorted([f + ".lock" for f in files] + [f + ".metadata" for f in files])
+    assert sorted(f.name for f in (ldir / ".cache/huggingface").iterdir()) == [".gitignore", "download"]
+
+
+@pytest.mark.parametrize("argv, printed, files", [
+    (["config.json"], "q/config.json", ["config.json"]),
+    (["config.json", "tokenizer.json", "--include", "*.safetensors"], "q", ["config.json", "tokenizer.json"]),
+    (["--include", "*.json", "--exclude", "model.*"], "q", ["config.json", "tokenizer.json"]),
+])
+def test_hf_named_files_and_patterns(host, argv, printed, files):
+    p = hf(host, QWEN, *argv, "--local-dir", str(host / "srv/models/q"), "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == f"{host}/srv/models/{printed}\n"
+    assert sorted(f.name for f in (host / "srv/models/q").iterdir() if f.is_file()) == files
+
+
+def test_hf_metadata_etag_is_the_git_hash_or_the_lfs_sha256(host):
+    import hashlib
+    ldir = host / "srv/models/q"
+    assert hf(host, QWEN, "--local-dir", str(ldir), "--quiet").returncode == 0
+    for name, lfs in (("config.json", False), ("model-00001-of-00003.safetensors", True)):
+        data = (ldir / name).read_bytes()
+        want = hashlib.sha256(data).hexdigest() if lfs else hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        assert (ldir / ".cache/huggingface/download" / (name + ".metadata")).read_text().splitlines()[1] == want
+
+
+# ---- uv pip install --require-hashes (uv 0.12.5) ---------------------------------------------------------
+
+H = " --hash=sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize("lock, flags, rc, says", [
+    ("vllm==0.11.0" + H, "", 2, "In `--require-hashes` mode, all requirements must be pinned upfront with `==`, "
+                                "but found: `huggingface-hub`"),
+    ("vllm==0.11.0" + H, "--no-deps", 0, ""),
+    ("vllm==0.11.0" + H + "\nhuggingface-hub==0.36.0" + H + "\nprometheus-client==0.23.1" + H, "", 0, ""),
+])
+def test_uv_require_hashes_covers_dependencies(host, lock, flags, rc, says):
+    (host / "lock.txt").write_text(lock + "\n")
+    uv = f"{sys.executable} -m fakehost.cli uv"
+    p = sh(host, f"{uv} venv -q $r/v && {uv} pip install -q --python $r/v/bin/python --require-hashes {flags} "
+                 f"-r $r/lock.txt", check=False)
+    assert (p.returncode, says in p.stderr) == (rc, True), p.stderr
+    installed = set(json.loads((host / "v/.fakehost-packages.json").read_text()))
+    assert ("vllm" in installed) == (rc == 0)

@@ -6,6 +6,10 @@ drop a repo}. A token comes from ``--token``, ``HF_TOKEN``, the file ``HF_TOKEN_
 ``$HF_HOME/token`` (``/root/.cache/huggingface/token``), all inside the root; one starting with ``hf_`` is valid. Setting ``hf_fail_after_files: N``
 breaks the N-th file fetched (left as ``.cache/huggingface/download/<file>.incomplete``). Every download appends
 a line to the host's ``var/log/fakehost/hf.log``, with whether a token was sent but never the token.
+
+The local dir's bookkeeping follows huggingface_hub v0.36.0 ``_local_folder.py``: ``<file>.metadata`` (commit, etag,
+time) and the ``<file>.lock`` that guarded it, for every file checked: filelock's Unix lock is never unlinked
+(filelock 4.3.1 _native/_unix.py UnixFileLock._release unlocks and closes only).
 """
 import hashlib
 import json
@@ -76,6 +80,18 @@ def _dflash() -> dict:
 REPOS = {"Qwen/Qwen3.6-27B": _qwen, "z-lab/Qwen3.6-27B-DFlash": _dflash}
 
 
+# Files a Hub repo keeps in LFS by its default .gitattributes; the others are plain git blobs.
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf")
+
+
+def etag(name: str, data: bytes) -> str:
+    """What the Hub answers as a file's ETag, and the local dir's metadata records: the sha256 of an LFS file, the
+    git blob hash of any other (huggingface_hub v0.36.0 _local_folder.py LocalDownloadFileMetadata.etag)."""
+    if name.endswith(LFS_SUFFIXES):
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def registry() -> dict:
     repos = {name: make() for name, make in REPOS.items()}
     for name, entry in settings().get("hf_repos", {}).items():
@@ -142,9 +158,13 @@ def cmd_hf(argv):
         if entry.get("revisions") and rev not in entry["revisions"]:
             raise Fail(f"huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. {REQUEST_ID}\n\n"
                        f"Revision Not Found for url: {api}.\nInvalid rev id: {rev}", 1)
-        names = [n for n in sorted(entry["files"]) if (not files_wanted or n in files_wanted)
-                 and (not a["include"] or any(fnmatch(n, p) for p in a["include"]))
-                 and not any(fnmatch(n, p) for p in a["exclude"])]
+        # Named files win over --include/--exclude, which `hf download` then ignores with a warning
+        # (huggingface_hub v0.36.0 cli/download.py DownloadCommand._download).
+        include, exclude = (files_wanted, []) if files_wanted else (a["include"], a["exclude"])
+        if files_wanted and not a["quiet"] and (a["include"] or a["exclude"]):
+            print("UserWarning: Ignoring `--include` since filenames have being explicitly set.", file=sys.stderr)
+        names = [n for n in sorted(entry["files"]) if (not include or any(fnmatch(n, p) for p in include))
+                 and not any(fnmatch(n, p) for p in exclude)]
         if entry.get("gated") and not tok:
             raise Fail(f"huggingface_hub.errors.GatedRepoError: 401 Client Error. {REQUEST_ID}\n\nCannot access gated "
                        f"repo for url https://huggingface.co/{repo}/resolve/{rev}/{(names or ['config.json'])[0]}.\n"
@@ -160,6 +180,9 @@ def cmd_hf(argv):
             print(f"Fetching {len(names)} files", file=sys.stderr)
         for name in names:
             data, dst = entry["files"][name], ldir / name
+            # get_local_download_paths: the lock is the metadata path with its suffix swapped; WeakFileLock takes it
+            # to read the metadata before anything is fetched, so a reused or a cut-off file has one too.
+            put(cache / "download" / (name + ".lock"), b"")
             partial = cache / "download" / (name + ".incomplete")
             if dst.is_file() and not dst.is_symlink() and dst.read_bytes() == data:
                 reused += 1
@@ -173,9 +196,10 @@ def cmd_hf(argv):
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(partial, dst)
                 fetched += 1
-            put(cache / "download" / (name + ".metadata"),
-                f"{commit}\n{hashlib.sha256(data).hexdigest()}\n{FETCHED_AT}\n")
-        print(a["local_dir"])
+            put(cache / "download" / (name + ".metadata"), f"{commit}\n{etag(name, data)}\n{FETCHED_AT}\n")
+        # one named file goes through hf_hub_download, which answers the file's path; anything else through
+        # snapshot_download, which answers the folder (cli/download.py DownloadCommand._download)
+        print(f"{a['local_dir'].rstrip('/')}/{files_wanted[0]}" if len(files_wanted) == 1 else a["local_dir"])
         rc = 0
     except Fail as e:
         rc = e.code

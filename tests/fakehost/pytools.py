@@ -221,6 +221,25 @@ def check_hashes(entries):
                        f"provided for: {spec}", 2)
 
 
+def dependencies(name: str) -> dict:
+    """What installing ``name`` brings along beside it: {package: version}."""
+    if name in ("sglang", "vllm", "speculators"):
+        return {**ENGINE_DEPS, **(TRAINER_DEPS if name == "speculators" else {})}
+    return {}
+
+
+def check_dependencies_hashed(specs):
+    """In hash-checking mode the resolver may only pick what the requirements pinned and hashed upfront: a
+    dependency they leave out is refused before anything is fetched (uv 0.12.5 crates/uv-resolver/src/error.rs
+    ResolveError::UnhashedPackage, raised by resolver/mod.rs; crates/uv/tests/it/pip_install.rs
+    require_hashes_missing_dependency)."""
+    named = {parse_spec(s)[0] for s in specs}
+    missing = sorted({d for n in named for d in dependencies(n)} - named)
+    if missing:
+        raise Fail("error: In `--require-hashes` mode, all requirements must be pinned upfront with `==`, but "
+                   f"found: `{missing[0]}`", 2)
+
+
 def failing(knob: str, names) -> str | None:
     want = settings().get(knob)
     return next((n for n in names if want is True or (isinstance(want, list) and n in want)), None)
@@ -234,9 +253,8 @@ def install(venv: Path, specs, deps=True) -> list:
     named = {n for n, _ in parsed}
     for name, entry in parsed:
         todo = [(name, entry)]
-        if deps and name in ("sglang", "vllm", "speculators"):
-            deps = {**ENGINE_DEPS, **(TRAINER_DEPS if name == "speculators" else {})}
-            todo += [(n, {"version": v}) for n, v in deps.items() if n not in pk and n not in named]
+        if deps:
+            todo += [(n, {"version": v}) for n, v in dependencies(name).items() if n not in pk and n not in named]
         for n, e in todo:
             if pk.get(n) != e:
                 changes.append((n, pk.get(n), e))
@@ -314,7 +332,10 @@ def cmd_uv(argv, venv=None):
             specs = [spec for spec, _ in entries]
             if sync:
                 return uv_sync(target, specs, quiet=quiet)
-            return uv_install(target, specs, quiet=quiet, deps="--no-deps" not in opts)
+            deps = "--no-deps" not in opts
+            if "--require-hashes" in opts and deps:
+                check_dependencies_hashed(specs)
+            return uv_install(target, specs, quiet=quiet, deps=deps)
         return uv_show(target, words) if argv[1] == "show" else uv_freeze(target)
     raise Fail(f"fakehost: `uv {' '.join(argv[:2])}` is not simulated", 2)
 
