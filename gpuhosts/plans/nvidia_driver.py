@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuhosts.config import StackConfig
+from gpuhosts.config import GpuUse, StackConfig
 from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_fact
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
@@ -11,6 +11,10 @@ UNIT = "nvidia-driver"
 # The boot unit of LxcGpuPassthrough (gpuhosts/plans/lxc_gpu_passthrough.py), named here to keep the modules apart.
 UVM_UNIT = "gpuhosts-nvidia-uvm.service"
 PERSISTENCED_UNIT = "gpuhosts-nvidia-persistenced.service"
+# pve-container debian/changelog: 5.0.7 "allow passing raw device nodes through to containers" (Proxmox VE 8.1,
+# bb2f6f7214bce2ec70f84759d3ce1c6aca3da02c); 6.0.4 "implement device hotplug" (VE 9.0, 27a7f7dcd5f4d1967e67bb0d951ab67443473900).
+DEVN_MIN_PVE_CONTAINER = "5.0.7"
+DEVN_HOTPLUG_MIN_PVE_CONTAINER = "6.0.4"
 
 
 def render_files(config: StackConfig) -> dict[str, HostFile]:
@@ -37,8 +41,11 @@ def driver_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
 
 def plan_nvidia_driver(config: StackConfig, needs: tuple[str, ...]) -> Unit:
     files = render_files(config)
+    # The pre-flight refuses what the host cannot do for this stack: its boot loader, devN for container GPUs.
     values = dict(unit=UNIT, nvidia=config.nvidia, persistenced_unit_name=PERSISTENCED_UNIT, uvm_unit_name=UVM_UNIT,
-                  nvidia_gpus=[gpu.address for gpu in config.nvidia_gpus], **files)
+                  nvidia_gpus=[gpu.address for gpu in config.nvidia_gpus], bootloader=config.host.bootloader.value,
+                  container_gpus="yes" if config.gpus_for(GpuUse.CONTAINER) else "no",
+                  devn_min=DEVN_MIN_PVE_CONTAINER, hotplug_min=DEVN_HOTPLUG_MIN_PVE_CONTAINER, **files)
     facts = driver_facts(config, files)
     return Unit(
         key=UNIT,

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from . import TESTS, kernel
+from . import dkms as dkms_tree
 from .system import dpkg_list
 from .util import stand_in_duration, Fail, container, kernel_release, root, run_main, write
 
@@ -24,7 +25,14 @@ KNOWN = {"-s", "--silent", "-a", "--accept-license", "-q", "--no-questions", "--
          "--no-kernel-modules", "--no-kernel-module", "--uninstall", "--skip-module-load", "--no-x-check",
          "--no-nouveau-check", "--disable-nouveau", "--install-libglvnd", "--no-install-libglvnd", "--no-drm",
          "--no-rebuild-initramfs", "--rebuild-initramfs", "--no-backup", "--no-systemd", "--no-peermem",
-         "--no-install-compat32-libs", "--no-opengl-files", "--no-wine-files"}
+         "--no-install-compat32-libs", "--no-opengl-files", "--no-wine-files",
+         "--allow-installation-with-running-driver"}
+DKMS_CONF = ('PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{version}"\nAUTOINSTALL="yes"\nBUILT_MODULE_NAME[0]="nvidia"\n'
+             'DEST_MODULE_LOCATION[0]="/kernel/drivers/video"\n' + dkms_tree.MODULE_TYPE + '{type}\n')
+RUNNING_DRIVER_WARNING = (
+    "WARNING: Continuing installation despite the presence of a loaded NVIDIA kernel module.  Some sanity checks "
+    "will not be performed.  It is strongly recommended that you reboot your computer after installation is "
+    "complete.")
 LOAD_ERROR = ("ERROR: Unable to load the kernel module 'nvidia.ko'.  This happens most frequently when this kernel "
               "module was built against the wrong or improperly configured kernel sources, with a version of gcc "
               "that differs from the one used to build the target kernel, or if another driver, such as nouveau, "
@@ -60,6 +68,9 @@ def uninstall(r, quiet):
     if not m.exists():
         raise Fail("ERROR: No NVIDIA driver is currently installed." if not quiet else "", 1)
     man = json.loads(m.read_text())
+    # nvidia-installer 580.95.05 misc.c dkms_remove_module (`dkms remove -m nvidia -v <ver> --all`): DKMS forgets
+    # the version on every kernel, builds for later kernels and failed build logs included.
+    dkms_tree.remove(r, "nvidia", man["version"])
     for f in man["files"]:
         (r / f).unlink(missing_ok=True)
     for d in sorted(man["dirs"], key=lambda x: -x.count("/")):
@@ -91,10 +102,16 @@ def install(r, ver, opts):
             raise Fail("ERROR: The Nouveau kernel driver is currently in use by your system.  This driver is "
                        "incompatible with the NVIDIA driver, and must be disabled before proceeding.", 1)
         load = "--skip-module-load" not in opts
+        keep_running = False
         if kernel.is_loaded(r, "nvidia"):
             st = kernel.kstate(r)
             held = st["persistenced"] or st["holders"] or any(kernel.holders_of(r, a) for a, _ in kernel.nv_gpus(r))
-            if held:
+            if held and "--allow-installation-with-running-driver" in opts:
+                # nvidia-installer 580.95.05 kernel.c check_for_unloaded_kernel_module: with the running module kept,
+                # the load tests are skipped and the new module waits for a reboot.
+                warnings.append(RUNNING_DRIVER_WARNING)
+                keep_running, load = True, False
+            elif held:
                 raise Fail("ERROR: An NVIDIA kernel module 'nvidia' appears to already be loaded in your kernel.  "
                            "This may be because it is in use (for example, by an X server, a CUDA program, or the "
                            "NVIDIA Persistence Daemon).  Please be sure to exit any programs that may be using the "
@@ -103,7 +120,7 @@ def install(r, ver, opts):
             kernel.driver_of(r, a) == "nvidia" or (not kernel.driver_of(r, a) and kernel.matches(r, "nvidia", a)))]
         if load and not free:
             raise Fail(LOAD_ERROR, 1)
-        for m in ("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"):
+        for m in ("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia") if not keep_running else ():
             kernel.remove_module(r, m)
     if (r / MANIFEST).exists():
         uninstall(r, True)
@@ -121,12 +138,19 @@ def install(r, ver, opts):
         if "--dkms" in opts and not dkms:
             warnings.append("WARNING: The DKMS package is not installed: the kernel modules will be built and "
                             "installed without DKMS and will not be rebuilt for new kernels.")
-        kdir = f"lib/modules/{kv}/" + ("updates/dkms" if dkms else "kernel/drivers/video")
-        for mod, ko in kernel.NV_KO.items():
-            _mkfile(r, f"{kdir}/{ko}", f"simulated {ko} version={ver} type={mtype}\n", 0o644, created)
         if dkms:
-            _mkfile(r, f"var/lib/dkms/nvidia/{ver}/source/dkms.conf",
-                    f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{ver}"\nAUTOINSTALL="yes"\n', 0o644, created)
+            # nvidia-installer 580.95.05 misc.c dkms_register_module: the module built for the running kernel is
+            # handed to DKMS as built and installed there (`dkms ldtarball`, the kernel-<kver>-<arch> link), its
+            # source in /usr/src/nvidia-<ver> with AUTOINSTALL, so DKMS rebuilds it for each new kernel.
+            dkms_tree.add(r, "nvidia", ver, DKMS_CONF.format(version=ver, type=mtype), created)
+            try:
+                dkms_tree.build_and_install(r, "nvidia", ver, kv, created)
+            except Fail as e:
+                raise Fail(f"{e.msg}\nERROR: Failed to install the kernel module through DKMS.", 1)
+        else:
+            for mod, ko in kernel.NV_KO.items():
+                _mkfile(r, f"lib/modules/{kv}/kernel/drivers/video/{ko}", f"simulated {ko} version={ver} type={mtype}\n",
+                        0o644, created)
     _mkfile(r, MANIFEST, "", 0o644, created)
     write(r / MANIFEST, json.dumps(created, indent=1) + "\n")
     for w in warnings:

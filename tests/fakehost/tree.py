@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from . import boot, kernel as k
+from .hostinfo import efivars
 from .system import initrd_bytes, refresh, update_grub
 from .util import write
 
@@ -24,6 +25,8 @@ FHS_DIRS = ("etc/default/grub.d", "etc/systemd/system", "lib/modprobe.d", "lib/s
             "usr/bin", "usr/lib/x86_64-linux-gnu", "usr/lib/modprobe.d", "usr/local/bin", "usr/local/lib",
             "usr/local/sbin", "usr/sbin", "usr/src", "var/cache", "var/lib", "var/log", "var/tmp")
 CT_PACKAGES = ("bash", "ca-certificates", "coreutils", "curl", "debian-archive-keyring", "python3", "systemd")
+# Proxmox VE 8.3.0 as released: pve-manager 8.3.0 with pve-container 5.2.2 (tests/fixtures/pve/README.md).
+PVE_VERSION, PVE_CONTAINER_VERSION = "8.3.0", "5.2.2"
 GRUB_DEFAULT = """\
 # If you change this file, run 'update-grub' afterwards to update
 # /boot/grub/grub.cfg.
@@ -79,12 +82,17 @@ INITRAMFS_MODULES = """\
 
 def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pve", vms=VMS,
                bootloader="systemd-boot", nvidia_minors=None, ct_vmid=129, ct_running=True,
-               vfio_ids="10de:2204,10de:1aef,10de:2230") -> Path:
+               vfio_ids="10de:2204,10de:1aef,10de:2230", pve_version=PVE_VERSION,
+               pve_container_version=PVE_CONTAINER_VERSION, secure_boot=False) -> Path:
     """Builds kpro5's start state under ``tree`` and returns ``tree``.
 
-    vms: (vmid, name, hostpci, running) — running VMs have ``onboot: 1`` and are started by the boot.
+    vms: (vmid, name, hostpci, running) — running VMs have ``onboot: 1`` and are started by the boot; an empty
+    name leaves the VM unnamed; a hostpci holding ``=`` is the whole property string (``pcie=1,host=…``).
     nvidia_minors: {pci addr: minor} the nvidia driver gives those GPUs (default: lowest free minor).
     vfio_ids: the seed's ``options vfio-pci ids=`` ("" leaves every GPU free at boot).
+    pve_version, pve_container_version: the pve-manager and pve-container releases installed (``pveversion``,
+    ``dpkg-query``); the default is Proxmox VE 8.3.0 as released (tests/fixtures/pve/README.md).
+    secure_boot: the firmware's Secure Boot state, written as the EFI variables efivarfs shows.
     """
     t = Path(tree)
     kv = kernel
@@ -92,6 +100,7 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
     write(t / "var/lib/fakehost/settings.json", json.dumps({
         "kernel": kv, "uvm_major": uvm_major, "caps_major": caps_major, "bootloader": bootloader,
         "esp_uuid": "2B8C-1A6F", "nvidia_minors": nvidia_minors or {},
+        "pve_version": pve_version, "pve_container_version": pve_container_version, "secure_boot": secure_boot,
         "grub_root": "root=ZFS=rpool/ROOT/pve-1 boot=zfs" if bootloader == "systemd-boot"
         else "root=/dev/mapper/pve-root"}, indent=1, sort_keys=True) + "\n")
     for slot, dev in GPUS:
@@ -101,6 +110,8 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
                               ("subsystem_vendor", k.NV), ("driver_override", "(null)")):
                 write(d / name, val + "\n")
     write(t / "sys/bus/pci/drivers_probe", "")
+    for name, data in efivars(secure_boot).items():
+        write(t / name, data)
     (t / "sys/bus/pci/drivers").mkdir(parents=True, exist_ok=True)
     (t / "sys/module").mkdir(parents=True, exist_ok=True)
     (t / "dev").mkdir(exist_ok=True)
@@ -117,6 +128,8 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
     write(t / "etc/initramfs-tools/initramfs.conf", INITRAMFS_CONF)
     write(t / "etc/initramfs-tools/modules", INITRAMFS_MODULES)
     (t / "etc/initramfs-tools/scripts/init-top").mkdir(parents=True, exist_ok=True)
+    # initramfs-tools-core ships the hooks directory (debian/initramfs-tools-core.dirs, tag debian/0.142).
+    (t / "etc/initramfs-tools/hooks").mkdir(parents=True, exist_ok=True)
     (t / "etc/modules-load.d").mkdir(parents=True, exist_ok=True)
     write(t / "etc/kernel/cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs\n")
     write(t / "etc/default/grub", GRUB_DEFAULT)
@@ -147,10 +160,12 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
     for vmid, name, hostpci, running in vms:
         keys = {"agent": "1", "bios": "ovmf", "boot": "order=scsi0;net0", "cores": "8", "cpu": "host",
                 "efidisk0": f"local-zfs:vm-{vmid}-disk-0,efitype=4m,pre-enrolled-keys=1,size=1M",
-                "hostpci0": f"{hostpci},pcie=1", "machine": "q35", "memory": "32768", "name": name,
+                "hostpci0": hostpci if "=" in hostpci else f"{hostpci},pcie=1", "machine": "q35", "memory": "32768",
                 "net0": f"virtio=BC:24:11:3A:{vmid % 100:02X}:01,bridge=vmbr0,firewall=1", "numa": "0",
                 "ostype": "l26", "scsi0": f"local-zfs:vm-{vmid}-disk-1,iothread=1,size=128G",
                 "scsihw": "virtio-scsi-single", "sockets": "1"}
+        if name:  # qemu-server writes no name key for an unnamed VM
+            keys["name"] = name
         if running:
             keys["onboot"] = "1"
         write_conf(t, VM, vmid, [], keys, [])
