@@ -1,9 +1,12 @@
 """Host tools: modprobe, update-initramfs, proxmox-boot-tool, update-grub, apt-get/dpkg, uname."""
+import fnmatch
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from . import BIN, host_env, kernel
@@ -11,55 +14,305 @@ from .util import Fail, kernel_release, root, settings, tree, write
 
 
 # ---- modprobe configuration -----------------------------------------------------------------------------
+# As kmod 30 reads it (Debian 12 ships 30+20221128-1; kmod-project/kmod tag v30, commit
+# 4812fa9695654d4204c9ae6158b9d700b9e6b010): libkmod/libkmod.c default_config_paths; libkmod/libkmod-config.c
+# kmod_config_new, conf_files_list, conf_files_filter_out, conf_files_insert_sorted, kmod_config_parse,
+# kmod_config_add_softdep, softdep_to_char, kmod_config_parse_kcmdline, kcmdline_parse_result; shared/util.c
+# freadline_wrapped, underscores; libkmod/libkmod-module.c kmod_module_get_options, _get_install_commands,
+# _get_softdeps, module_do_install_commands.
+
+# kmod's search order; a file hides a same-named one in a later directory. Debian 12 is merged-/usr, so
+# usr/lib/modprobe.d is lib/modprobe.d there: the tree keeps both and reads usr/lib last.
+CONFIG_DIRS = ("etc/modprobe.d", "run/modprobe.d", "usr/local/lib/modprobe.d", "lib/modprobe.d", "usr/lib/modprobe.d")
+
+
+def modname(word: str):
+    """underscores(): '-' becomes '_' outside [...]; None when a bracket is left open."""
+    out, depth = [], 0
+    for ch in word:
+        depth += ch == "["
+        depth -= ch == "]" and depth > 0
+        out.append("_" if ch == "-" and not depth else ch)
+    return None if depth else "".join(out)
+
+
+def logical_lines(text: str) -> list:
+    """freadline_wrapped(): a backslash joins the next line (newline dropped, nothing added); before any other
+    character the backslash itself is dropped."""
+    lines, cur, i = [], [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            i += 1
+            if text[i] != "\n":
+                cur.append(text[i])
+        elif ch == "\n":
+            lines.append("".join(cur))
+            cur = []
+        elif ch != "\\":
+            cur.append(ch)
+        i += 1
+    if cur:
+        lines.append("".join(cur))
+    return lines
+
+
+def kcmdline_options(cmdline: str) -> list:
+    """(module, option) pairs that kmod_config_parse_kcmdline takes from /proc/cmdline: `mod.param[=value]`
+    words; `modprobe.blacklist=a,b` gives ("modprobe.blacklist", name) pairs. A word quoted whole is re-quoted
+    around its value, as kmod does for what GRUB passes."""
+    out = []
+    for word in _kcmdline_words(cmdline):
+        quoted = word.startswith('"') and word.endswith('"') and len(word) > 1
+        body = word[1:-1] if quoted else word
+        if '"' in body.split("=", 1)[0] or "." not in body.split("=", 1)[0]:
+            continue
+        mod, param = body.split(".", 1)
+        if not mod or "." in param.split("=", 1)[0]:
+            continue
+        if quoted and "=" in param:
+            name, value = param.split("=", 1)
+            param = f'{name}="{value}"'
+        if mod == "modprobe" and param.startswith("blacklist="):
+            out += [("modprobe.blacklist", m) for m in param[len("blacklist="):].split(",")]
+        elif modname(mod) is not None:
+            out.append((modname(mod), param))
+    return out
+
+
+def _strtok(text: str) -> tuple:
+    """strtok_r over blanks and tabs: the first word, and the rest after the one delimiter that ended it (None
+    when nothing follows), as kmod_config_parse takes a command, a module and the rest of a line."""
+    i = 0
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if i == len(text):
+        return None, None
+    j = i
+    while j < len(text) and text[j] not in " \t":
+        j += 1
+    return text[i:j], (text[j + 1:] or None) if j < len(text) else None
+
+
+def _kcmdline_words(cmdline: str) -> list:
+    words, cur, quoted = [], "", False
+    for ch in cmdline:
+        if ch == '"':
+            quoted = not quoted
+        if ch in " \t\n\v\f\r" and not quoted:
+            if cur:
+                words.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return words + ([cur] if cur and not quoted else [])
+
 
 class ModprobeConf:
-    """The modprobe.d directives that matter here: options, blacklist, softdep, install."""
+    """modprobe.d as kmod applies it: ``files`` maps a file's basename to its text (the directories already
+    resolved by ``from_dirs``); they are read in basename order, then the kernel command line."""
 
-    def __init__(self, files: dict):
-        self.options, self.blacklist, self.pre, self.install = {}, set(), {}, {}
-        for name in sorted(files, key=os.path.basename):
-            if not name.endswith(".conf"):
-                continue
-            for line in files[name].replace("\\\n", " ").splitlines():
-                w = line.split("#", 1)[0].split()
-                if len(w) < 2:
+    def __init__(self, files: dict, cmdline: str = ""):
+        self.blacklist, self.installs, self.removes, self.aliases, self.option_list, self.softdeps = ([] for _ in range(6))
+        self.bad = []
+        for name in sorted(files):
+            for line in logical_lines(files[name]):
+                self._parse(name, line)
+        for mod, param in kcmdline_options(cmdline):
+            if mod == "modprobe.blacklist":
+                self.blacklist.append(param)
+            else:
+                self.option_list.append((mod, param))
+
+    def _parse(self, name, line):
+        if not line or line[0] == "#":
+            return
+        cmd, rest = _strtok(line)
+        if cmd == "alias":
+            alias, rest = _strtok(rest or "")
+            mod, _ = _strtok(rest or "")
+            if modname(alias or "") and modname(mod or ""):
+                self.aliases.append((modname(alias), modname(mod)))
+                return
+        elif cmd == "blacklist":
+            mod, _ = _strtok(rest or "")
+            if modname(mod or ""):
+                self.blacklist.append(modname(mod))
+                return
+        elif cmd in ("options", "install", "remove", "softdep"):
+            mod, tail = _strtok(rest or "")
+            if modname(mod or "") and tail:
+                {"options": self.option_list, "install": self.installs, "remove": self.removes,
+                 "softdep": self.softdeps}[cmd].append(
+                    (modname(mod), tail.replace("\t", " ") if cmd == "options" else tail))
+                return
+        if cmd:
+            self.bad.append(f"{name}: ignoring bad line starting with '{cmd}'")
+
+    @classmethod
+    def from_dirs(cls, r, kver=None, dirs=CONFIG_DIRS, cmdline=None):
+        """What kmod reads on the host (or in an image) rooted at ``r``: the config directories, the module
+        tree's modules.softdep, /proc/cmdline."""
+        files = {}
+        softdep = r / f"lib/modules/{kver or kernel_release(r)}/modules.softdep"
+        if softdep.is_file():
+            files["modules.softdep"] = softdep.read_text()
+        for d in dirs:
+            for p in sorted((r / d).iterdir()) if (r / d).is_dir() else []:
+                if p.name.startswith(".") or not p.name.endswith((".conf", ".alias")) or p.is_dir():
                     continue
-                mod = kernel.norm(w[1])
-                if w[0] == "options":
-                    self.options.setdefault(mod, {}).update(dict(o.split("=", 1) if "=" in o else (o, "") for o in w[2:]))
-                elif w[0] == "blacklist":
-                    self.blacklist.add(mod)
-                elif w[0] == "softdep" and "pre:" in w:
-                    i = w.index("pre:") + 1
-                    self.pre.setdefault(mod, []).extend(
-                        kernel.norm(x) for x in w[i:w.index("post:") if "post:" in w else len(w)])
-                elif w[0] == "install":
-                    self.install[mod] = " ".join(w[2:])
+                if p.name not in files and p.exists():
+                    files[p.name] = p.read_text()
+        if cmdline is None:
+            cmdline = (r / "proc/cmdline").read_text() if (r / "proc/cmdline").is_file() else ""
+        return cls(files, cmdline)
 
     @classmethod
     def live(cls, r):
-        files = {}
-        for d in ("usr/lib/modprobe.d", "lib/modprobe.d", "etc/modprobe.d"):  # etc wins over lib by name
-            for p in sorted((r / d).glob("*.conf")) if (r / d).is_dir() else []:
-                files[p.name] = p.read_text()
-        return cls(files)
+        return cls.from_dirs(r)
+
+    # lookups (libkmod-module.c)
+    def options_of(self, mod) -> str:
+        """Every `options` line for the module, joined by one space (kmod_module_get_options)."""
+        return " ".join(v for m, v in self.option_list if m == modname(mod) and v)
+
+    @property
+    def options(self) -> dict:
+        """module -> {param: value}, as the kernel takes them: a later value of a parameter wins."""
+        out = {}
+        for m, _ in self.option_list:
+            out[m] = parse_params(self.options_of(m))
+        return out
+
+    def install_of(self, mod):
+        """The first `install` whose pattern matches (fnmatch), as modprobe from module-init-tools did."""
+        return next((v for m, v in self.installs if fnmatch.fnmatchcase(modname(mod), m)), None)
+
+    def softdep_of(self, mod) -> tuple:
+        """(pre, post) of the first matching `softdep` line; its names are looked up as written."""
+        for m, v in self.softdeps:
+            if fnmatch.fnmatchcase(modname(mod), m):
+                pre, post, mode = [], [], None
+                for w in v.split():
+                    if w in ("pre:", "post:"):
+                        mode = w
+                    elif mode:
+                        (pre if mode == "pre:" else post).append(w)
+                return pre, post
+        return [], []
+
+    @property
+    def pre(self) -> dict:
+        return {m: self.softdep_of(m)[0] for m, _ in self.softdeps}
+
+    @property
+    def install(self) -> dict:
+        return {m: self.install_of(m) for m, _ in self.installs}
+
+    def showconfig(self) -> str:
+        """`modprobe --showconfig` (tools/modprobe.c show_config): blacklist, install, remove, alias, options,
+        softdep lines; then the index dump, which the simulated module tree does not have."""
+        out = [f"blacklist {m}\n" for m in self.blacklist]
+        out += [f"install {m} {v}\n" for m, v in self.installs]
+        out += [f"remove {m} {v}\n" for m, v in self.removes]
+        out += [f"alias {a} {m}\n" for a, m in self.aliases]
+        out += [f"options {m} {v}\n" for m, v in self.option_list]
+        out += [f"softdep {m} {_softdep_text(v)}\n" for m, v in self.softdeps]
+        return "".join(out) + "\n# End of configuration files. Dumping indexes now:\n\n"
 
 
-def modprobe(r, mod, conf=None, ignore_install=False):
+def _softdep_text(value: str) -> str:
+    """softdep_to_char(): "pre: " and the names, then "post: " and the names, with no blank between the two."""
+    pre, post, mode = [], [], None
+    for w in value.split():
+        if w in ("pre:", "post:"):
+            mode = w
+        elif mode:
+            (pre if mode == "pre:" else post).append(w)
+    return ("pre: " + " ".join(pre) if pre else "") + ("post: " + " ".join(post) if post else "")
+
+
+def parse_params(text: str) -> dict:
+    """The option string split into parameters (blanks separate, double quotes group); a later value of a
+    parameter wins, which is what the simulated kernel (kernel.insert_module) assumes."""
+    out = {}
+    for word in _kcmdline_words(text):
+        name, _, value = word.partition("=")
+        out[name] = value.replace('"', "")
+    return out
+
+
+def _deps(mod) -> list:
+    """The module's hard dependencies, deepest first (modules.dep lists them all)."""
+    out = []
+    for dep in kernel.MODULES.get(mod, ((), None))[0]:
+        out += [d for d in _deps(dep) + [dep] if d not in out]
+    return out
+
+
+def probe_list(r, conf, mod, ignore_install=False) -> list:
+    """(module, may run its install command, required) in load order, as kmod_module_get_probe_list builds it:
+    each dependency with its softdeps around it, then the module with its own; `--ignore-install` also drops
+    the module's softdeps, and a module with a softdep that resolves has its install command ignored."""
+    out, seen = [], set()
+
+    def visit(m, required, ignorecmd):
+        if m in seen:
+            return
+        seen.add(m)
+        for d in _deps(m):
+            fill(d, required)
+        if ignorecmd:
+            out.append((m, False, required))
+        else:
+            fill(m, required)
+
+    def fill(m, required):
+        pre, post = (
+            [kernel.norm(x) for x in names if kernel.available(r, kernel.norm(x)) or conf.install_of(x)]
+            for names in conf.softdep_of(m))
+        for p in pre:
+            visit(p, False, False)
+        out.append((m, not (pre or post), required))
+        for p in post:
+            visit(p, False, False)
+
+    visit(kernel.norm(mod), True, ignore_install)
+    return out
+
+
+def modprobe(r, mod, conf=None, ignore_install=False, extra="", image=None):
+    """Loads ``mod`` the way kmod_module_probe_insert_module does. ``image``: an unpacked initramfs whose
+    modprobe.d applies and whose programs alone an install command can run."""
     mod = kernel.norm(mod)
     if kernel.is_loaded(r, mod):
         return
-    conf = conf or ModprobeConf.live(r)
-    if mod in conf.install and not ignore_install:
-        rc = run_command_line(r, conf.install[mod])
-        if rc:
-            raise Fail(f"modprobe: ERROR: Error running install command '{conf.install[mod]}' for module {mod}: retcode {rc}")
-        return
-    if not kernel.available(r, mod):
+    conf = conf or (image_conf(r, image) if image else ModprobeConf.live(r))
+    if not kernel.available(r, mod) and not (conf.install_of(mod) and not ignore_install):
         raise Fail(f"modprobe: FATAL: Module {mod} not found in directory /lib/modules/{kernel_release(r)}")
-    for dep in conf.pre.get(mod, []) + list(kernel.MODULES[mod][0]):
-        modprobe(r, dep, conf)
-    kernel.insert_module(r, mod, conf.options.get(mod))
+    for m, may_install, required in probe_list(r, conf, mod, ignore_install):
+        if kernel.is_loaded(r, m):
+            continue
+        options = " ".join(filter(None, (conf.options_of(m), extra if m == mod else "")))
+        command = conf.install_of(m)
+        try:
+            if command is not None and may_install:
+                # module_do_install_commands: $CMDLINE_OPTS becomes the options; command_do runs it with
+                # system() and MODPROBE_MODULE set.
+                line = command.replace("$CMDLINE_OPTS", options)
+                env = {"MODPROBE_MODULE": m}
+                rc = run_in_image(r, image, ["/bin/sh", "-c", line], env) if image else \
+                    run_argv(r, ["/bin/sh", "-c", line], env)
+                if rc:
+                    raise Fail(f"modprobe: ERROR: Error running install command '{line}' for module {m}: "
+                               f"retcode {rc}")
+            elif kernel.available(r, m):
+                kernel.insert_module(r, m, parse_params(options))
+            elif required:
+                raise Fail(f"modprobe: FATAL: Module {m} not found in directory /lib/modules/{kernel_release(r)}")
+        except Fail:
+            if required:  # errors of softdeps are ignored
+                raise
 
 
 def modules_list(text: str) -> list:
@@ -69,8 +322,9 @@ def modules_list(text: str) -> list:
 
 def cmd_modprobe(argv):
     r = root()
-    remove = quiet = ignore_install = False
-    names = []
+    image = os.environ.get("FAKEHOST_INITRAMFS") or None
+    remove = quiet = ignore_install = showconfig = False
+    names, params = [], []
     for a in argv:
         if a in ("-r", "--remove"):
             remove = True
@@ -78,20 +332,26 @@ def cmd_modprobe(argv):
             quiet = True
         elif a == "--ignore-install":
             ignore_install = True
+        elif a in ("-c", "--showconfig"):
+            showconfig = True
         elif a.startswith("-"):
             continue
-        elif "=" in a and names:  # module parameters on the command line
-            continue
+        elif names:  # module parameters on the command line (tools/modprobe.c: extra options)
+            params.append(a)
         else:
             names.append(a)
+    if showconfig:
+        sys.stdout.write((image_conf(r, Path(image)) if image else ModprobeConf.live(r)).showconfig())
+        return 0
     if not names:
         raise Fail("modprobe: ERROR: missing module name.")
     try:
         if remove:
-            for n in names:
+            for n in names + params:
                 kernel.remove_module(r, n)
         else:
-            modprobe(r, names[0], ignore_install=ignore_install)
+            modprobe(r, names[0], ignore_install=ignore_install, extra=" ".join(params),
+                     image=Path(image) if image else None)
     except Fail as e:
         raise Fail("" if quiet and "not found" in e.msg else e.msg, 1)
 
@@ -141,26 +401,154 @@ def run_command_line(r, line: str) -> int:
 
 
 # ---- initramfs ------------------------------------------------------------------------------------------
+# What mkinitramfs puts into the image (initramfs-tools 0.142, Debian 12; pexip/os-initramfs-tools tag
+# debian/0.142, commit 4191d3ff1f9fefeca8e26da913c57e40027f586d): mkinitramfs (the usr-merged layout,
+# CONFDIR/modules through hook-functions add_modules_from_file/force_load into conf/modules, CONFDIR/scripts,
+# conf/initramfs.conf, `copy_exec /sbin/modprobe`, `copy_file config` of /etc/modprobe.d/*.conf and
+# /lib/modprobe.d/*.conf, run_scripts CONFDIR/hooks, a /bin/sh); hook-functions copy_file, copy_exec,
+# set_initlist, get_prereq_pairs, call_scripts.
+
+CONFDIR = "etc/initramfs-tools"
+# The programs of the image that are stand-ins on this side (bin/ for modprobe, this machine's sh for /bin/sh):
+# the image records them by name, since their path here differs from one checkout to the next.
+STANDIN_MARK = b"#!fakehost stand-in "
+HOOK_FUNCTIONS = "/usr/share/initramfs-tools/hook-functions"
+STANDIN_HOOK_FUNCTIONS = Path(__file__).resolve().parent / "share/hook-functions"
+_SCRIPT_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
 
 def initrd_sources(r) -> list:
+    """The host files mkinitramfs copies from the configuration (hooks add what they copy themselves)."""
     out = []
-    for pat in ("etc/modprobe.d/*", "etc/modules", "etc/modules-load.d/*", "etc/initramfs-tools/**/*"):
+    for pat in ("etc/modprobe.d/*.conf", "lib/modprobe.d/*.conf", "usr/lib/modprobe.d/*.conf",
+                f"{CONFDIR}/modules", f"{CONFDIR}/initramfs.conf", f"{CONFDIR}/scripts/*/*", f"{CONFDIR}/hooks/*"):
         out += [p for p in r.glob(pat) if p.is_file() or p.is_symlink()]
     return sorted({p.relative_to(r).as_posix() for p in out})
 
 
+def _usr_merged(target: str) -> str:
+    """copy_file's canonical place: /bin, /lib* and /sbin live under /usr in the image."""
+    t = "/" + target.lstrip("/")
+    return "/usr" + t if t.startswith(("/bin/", "/lib", "/sbin/")) else t
+
+
+def _copy_file(r, dest: Path, src: str, target: str):
+    """copy_file: a link is followed to the file it names; what the image has already stays."""
+    path = r / src.lstrip("/")
+    if not path.is_file():
+        return
+    place = dest / _usr_merged(target).lstrip("/")
+    if place.exists():
+        return
+    place.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(path.resolve(), place)
+
+
+def _hook_order(hooks: dict) -> list:
+    """get_prereq_pairs | tsort: a hook after the hooks it names as prereqs."""
+    done, out = set(), []
+
+    def add(name, stack=()):
+        if name in done or name in stack or name not in hooks:
+            return
+        for p in hooks[name]:
+            add(p, stack + (name,))
+        done.add(name)
+        out.append(name)
+
+    for name in sorted(hooks):
+        add(name)
+    return out
+
+
+def _run_hooks(r, dest: Path, kver):
+    """run_scripts CONFDIR/hooks: executable files with a plain name and valid sh syntax, asked for their
+    prereqs, then called; a hook that fails ends the build. A hook sources hook-functions from the host; here
+    that is the stand-in in share/, which copies from the tree into DESTDIR."""
+    d = r / CONFDIR / "hooks"
+    found = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in sorted(d.iterdir()) if d.is_dir() else []:
+            if not _SCRIPT_NAME.fullmatch(p.name) or p.is_dir() or not os.access(p, os.X_OK):
+                continue
+            text = p.read_text().replace(HOOK_FUNCTIONS, str(STANDIN_HOOK_FUNCTIONS))
+            copy = Path(tmp) / p.name
+            write(copy, text, 0o755)
+            if subprocess.run(["sh", "-n", str(copy)], capture_output=True).returncode:
+                continue
+            env = host_env(r, DESTDIR=str(dest), CONFDIR="/" + CONFDIR, version=kver,
+                           MODULESDIR=f"/lib/modules/{kver}", verbose="n")
+            env["GPUHOSTS_HOST_ROOT"] = str(r)
+            prereqs = subprocess.run(["sh", str(copy), "prereqs"], env=env, capture_output=True, text=True).stdout
+            found[p.name] = (copy, prereqs.split(), env)
+        for name in _hook_order({n: v[1] for n, v in found.items()}):
+            copy, _, env = found[name]
+            rc = subprocess.run(["sh", str(copy)], env=env, stdout=sys.stderr).returncode
+            if rc:
+                raise Fail(f"E: /{CONFDIR}/hooks/{name} failed with return {rc}.", rc)
+
+
+def build_initrd(r, kver) -> dict:
+    """image path -> (mode, content) of what mkinitramfs puts into the image; a link's content is "-> TARGET"."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = Path(tmp)
+        for d in ("bin", "lib", "sbin"):
+            (dest / "usr" / d).mkdir(parents=True)
+            os.symlink(f"usr/{d}", dest / d)
+        for d in ("conf/conf.d", "etc", "run", "scripts", f"usr/lib/modules/{kver}"):
+            (dest / d).mkdir(parents=True, exist_ok=True)
+        modules = r / CONFDIR / "modules"
+        if modules.is_file():
+            # add_modules_from_file: `grep '^[^#]' | while read -r module args` and force_load's echo "$@"
+            loads = []
+            for line in modules.read_text().splitlines():
+                if line[:1] in ("", "#") or not line.split():
+                    continue
+                module, _, args = line.strip(" \t").partition(" ")
+                loads.append(f"{module} {args.strip(' ')}\n")
+            if loads:
+                write(dest / "conf/modules", "".join(loads))
+        scripts = r / CONFDIR / "scripts"
+        for p in sorted(scripts.glob("*/*")) if scripts.is_dir() else []:
+            if p.is_file() and _SCRIPT_NAME.fullmatch(p.name) and not p.parent.name.startswith("."):
+                (dest / "scripts" / p.parent.name).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(p, dest / "scripts" / p.parent.name / p.name)
+        if (r / CONFDIR / "initramfs.conf").is_file():
+            shutil.copy2(r / CONFDIR / "initramfs.conf", dest / "conf/initramfs.conf")
+        write(dest / "usr/sbin/modprobe", STANDIN_MARK + b"modprobe\n", 0o755)
+        (dest / "etc/modprobe.d").mkdir()
+        (dest / "usr/lib/modprobe.d").mkdir()
+        # /lib/modprobe.d is /usr/lib/modprobe.d on merged-/usr Debian 12; the tree keeps both.
+        for d in ("etc/modprobe.d", "lib/modprobe.d", "usr/lib/modprobe.d"):
+            for p in sorted((r / d).glob("*.conf")) if (r / d).is_dir() else []:
+                _copy_file(r, dest, f"/{d}/{p.name}", f"/{d.removeprefix('usr/')}/{p.name}")
+        # depmod -a -b DESTDIR writes the image's modules.softdep from its modules; the tree's stands for it.
+        softdep = r / f"lib/modules/{kver}/modules.softdep"
+        if softdep.is_file():
+            shutil.copy2(softdep, dest / f"usr/lib/modules/{kver}/modules.softdep")
+        _run_hooks(r, dest, kver)
+        if not (dest / "usr/bin/sh").exists():
+            write(dest / "usr/bin/sh", STANDIN_MARK + b"sh\n", 0o755)
+        out = {}
+        for p in sorted(dest.rglob("*")):
+            name = p.relative_to(dest).as_posix()
+            if p.is_symlink():
+                out[name] = (0o777, f"-> {os.readlink(p)}".encode())
+            elif p.is_file():
+                out[name] = (stat.S_IMODE(p.stat().st_mode), p.read_bytes())
+        return out
+
+
 def initrd_bytes(r, kver) -> bytes:
-    """A deterministic image of what update-initramfs copies: same config in, same bytes out."""
+    """A deterministic image of what mkinitramfs builds: same configuration in, same bytes out."""
     parts = [f"fakehost initramfs for Linux {kver}\n".encode()]
-    for name in initrd_sources(r):
-        p = r / name
-        data = f"-> {os.readlink(p)}".encode() if p.is_symlink() else p.read_bytes()
-        parts.append(f"=== {name} {stat.S_IMODE(p.lstat().st_mode):o} {len(data)}\n".encode() + data + b"\n")
+    for name, (mode, data) in build_initrd(r, kver).items():
+        parts.append(f"=== {name} {mode:o} {len(data)}\n".encode() + data + b"\n")
     return b"".join(parts)
 
 
 def parse_initrd(data: bytes) -> dict:
-    """name -> (mode, content) of the files inside an image made by initrd_bytes."""
+    """image path -> (mode, content) of the files inside an image made by initrd_bytes."""
     out, i = {}, data.index(b"\n") + 1
     while i < len(data):
         j = data.index(b"\n", i)
@@ -170,8 +558,51 @@ def parse_initrd(data: bytes) -> dict:
     return out
 
 
+def unpack_initrd(image: dict, dest: Path):
+    """The image as the initramfs sees it, under ``dest``: a stand-in program becomes a link to its stand-in."""
+    for name, (mode, content) in image.items():
+        p = dest / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if content.startswith(b"-> "):
+            os.symlink(content[3:].decode(), p)
+        elif content.startswith(STANDIN_MARK):
+            prog = content[len(STANDIN_MARK):].decode().strip()
+            os.symlink(str(BIN / prog) if (BIN / prog).is_file() else shutil.which(prog), p)
+        else:
+            write(p, content, mode)
+
+
+def image_conf(r, image: Path) -> ModprobeConf:
+    """The image's modprobe.d (its etc/ and lib/), its module tree's modules.softdep, and /proc/cmdline, which
+    the initramfs mounts from the running kernel."""
+    cmdline = (r / "proc/cmdline").read_text() if (r / "proc/cmdline").is_file() else ""
+    return ModprobeConf.from_dirs(image, kernel_release(r), cmdline=cmdline)
+
+
+def run_in_image(r, image: Path, argv, env=None) -> int:
+    """A command line run inside the initramfs: an absolute program path is the image's file at that path (none:
+    the shell reports it missing); PATH holds only the image's directories. Sysfs and proc are the host's
+    (init mounts them), so GPUHOSTS_HOST_ROOT still names the tree."""
+    def inside(m):
+        return str(image / m.group(0).lstrip("/"))
+    argv = [str(image / argv[0].lstrip("/")) if argv[0].startswith("/") else argv[0]] + [
+        re.sub(r"(?<![\w/.$-])/[\w.+/-]+", inside, a) if argv[i - 1] == "-c" else a for i, a in enumerate(argv) if i]
+    e = host_env(r, **(env or {}))
+    interpreter = str(Path(sys.executable).parent)  # the stand-ins' own interpreter, not a program of the image
+    e.update(PATH=":".join([str(image / "usr/sbin"), str(image / "usr/bin"), interpreter]),
+             GPUHOSTS_HOST_ROOT=str(r), FAKEHOST_INITRAMFS=str(image))
+    try:
+        return subprocess.run(argv, env=e, timeout=120).returncode
+    except FileNotFoundError:
+        print(f"{argv[0]}: not found", file=sys.stderr)
+        return 127
+
+
 def kernels(r) -> list:
-    return [settings(r)["kernel"]]
+    """Installed kernels, oldest first: the setting ``kernels`` (a newer kernel installed beside the running one),
+    else only the running kernel."""
+    s = settings(r)
+    return list(s.get("kernels") or [s["kernel"]])
 
 
 def cmd_update_initramfs(argv):
@@ -184,7 +615,12 @@ def cmd_update_initramfs(argv):
         if kv not in kernels(r):
             raise Fail(f"update-initramfs: {kv} has no modules directory", 1)
         print(f"update-initramfs: Generating /boot/initrd.img-{kv}")
-        write(r / f"boot/initrd.img-{kv}", initrd_bytes(r, kv))
+        try:
+            data = initrd_bytes(r, kv)
+        except Fail as e:
+            print(e.msg, file=sys.stderr)
+            raise Fail(f"update-initramfs: failed for /boot/initrd.img-{kv} with {e.code}.", e.code)
+        write(r / f"boot/initrd.img-{kv}", data)
     if settings(r)["bootloader"] == "systemd-boot":  # the proxmox-boot-tool post-update hook syncs the ESP
         print("Running hook script 'zz-proxmox-boot'..")
         refresh(r)
@@ -196,12 +632,28 @@ def loader_entry(r, kv) -> Path:
     return r / f"boot/loader/entries/proxmox-{kv}.conf"
 
 
+def first_line(p: Path) -> str:
+    """proxmox-boot-tool's get_first_line: the first line, also when it ends without a newline
+    (src/proxmox-boot/functions @ 5999d616f8fbf5e2c4bec6fe28ce20c874170195)."""
+    return p.read_text().split("\n", 1)[0] if p.exists() else ""
+
+
 def refresh(r):
+    """zz-proxmox-boot's update_esps: only the first line of /etc/kernel/cmdline goes on the boot entries, and a
+    line without root= aborts the refresh (src/proxmox-boot/zz-proxmox-boot @
+    895491a83141755182f680a6d2a35b54625e531e)."""
     s = settings(r)
-    cmdline = " ".join((r / "etc/kernel/cmdline").read_text().split())
-    print(f"Copying and configuring kernels on /dev/disk/by-uuid/{s['esp_uuid']}")
+    p = r / "etc/kernel/cmdline"
+    if p.exists():
+        cmdline = first_line(p)
+        if "root=" not in cmdline:
+            raise Fail("No root= parameter in /etc/kernel/cmdline found!", 1)
+    else:
+        print("No /etc/kernel/cmdline found - falling back to /proc/cmdline", file=sys.stderr)
+        cmdline = re.sub(r"\binitrd=[0-9a-zA-Z\\/.-]*\s*", "", (r / "proc/cmdline").read_text().strip())
+    print(f"Copying and configuring kernels on /dev/disk/by-uuid/{s['esp_uuid']}", file=sys.stderr)
     for kv in kernels(r):
-        print(f"\tCopying kernel and creating boot-entry for {kv}")
+        print(f"\tCopying kernel and creating boot-entry for {kv}", file=sys.stderr)
         write(loader_entry(r, kv), f"title    Proxmox Virtual Environment\nversion  {kv}\noptions  {cmdline}\n"
               f"linux    /EFI/proxmox/{kv}/vmlinuz-{kv}\ninitrd   /EFI/proxmox/{kv}/initrd.img-{kv}\n")
 
@@ -212,21 +664,23 @@ def cmd_proxmox_boot_tool(argv):
     sub = argv[0] if argv else ""
     esp = s["bootloader"] == "systemd-boot"
     if sub == "status":
+        # `status`: the ESP list is checked first (E: …, status 2), then the re-exec line, the boot mode and one
+        # line per ESP (src/bin/proxmox-boot-tool `status`/`_status_detail` @ afa65c0a1267de9a5322ce58971cb491ff02e6c0;
+        # tests/fixtures/pve/proxmox-boot-tool-status-*.txt)
         quiet = "--quiet" in argv
-        if not quiet:
-            print("Re-executing '/usr/sbin/proxmox-boot-tool' in new private mount namespace..", file=sys.stderr)
-            print("System currently booted with uefi")
-        if not esp:
+        if not (r / "etc/kernel/proxmox-boot-uuids").exists():
             raise Fail("" if quiet else "E: /etc/kernel/proxmox-boot-uuids does not exist.", 2)
         if not quiet:
+            print("Re-executing '/usr/sbin/proxmox-boot-tool' in new private mount namespace..")
+            print("System currently booted with uefi")
             print(f"{s['esp_uuid']} is configured with: uefi (versions: {', '.join(kernels(r))})")
     elif sub == "refresh":
         print("Running hook script 'proxmox-auto-removal'..\nRunning hook script 'zz-proxmox-boot'..")
         if not esp:
-            print("No /etc/kernel/proxmox-boot-uuids found, skipping ESP sync.")
+            print("No /etc/kernel/proxmox-boot-uuids found, skipping ESP sync.", file=sys.stderr)
             return 0
         print("Re-executing '/etc/kernel/postinst.d/zz-proxmox-boot' in new private mount namespace..")
-        refresh(r)
+        refresh(r)  # a failing hook script ends the tool (set -e) with its status
     elif argv[:2] == ["kernel", "list"]:
         print("Manually selected kernels:\nNone.\n\nAutomatically selected kernels:\n" + "\n".join(kernels(r)))
     else:
@@ -234,7 +688,9 @@ def cmd_proxmox_boot_tool(argv):
 
 
 def grub_cmdline(r):
-    """GRUB_CMDLINE_LINUX and _DEFAULT as update-grub gets them: by sourcing the shell files."""
+    """GRUB_CMDLINE_LINUX and _DEFAULT as update-grub gets them: grub-mkconfig sources /etc/default/grub, then each
+    /etc/default/grub.d/*.cfg in glob order, as shell (Debian's util/grub-mkconfig.in, nekorouter/debian-grub @
+    21c59e71dd5c2011c2d6d0064b5fef7529ffb63b)."""
     out = subprocess.run(["bash", "-c", 'set -a; . "$1"; for f in "$2"/*.cfg; do [ -e "$f" ] && . "$f"; done; '
                           'printf "%s\\0%s" "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT"',
                           "_", str(r / "etc/default/grub"), str(r / "etc/default/grub.d")],
@@ -279,9 +735,17 @@ def dpkg_list(r) -> list:
     return p.read_text().split() if p.exists() else []
 
 
-def pkg_version(name):
-    return {"dkms": "3.0.10-8+deb12u1", "proxmox-default-headers": "1.1.0"}.get(
-        name, "6.8.12-4" if name.startswith("proxmox-headers-") else "1.0-1")
+# Package -> host setting that holds its version (tree.seed_kpro5 writes real releases; tests/fixtures/pve/README.md).
+VERSION_SETTINGS = {"pve-manager": "pve_version", "pve-container": "pve_container_version"}
+
+
+def pkg_version(name, r=None):
+    setting = VERSION_SETTINGS.get(name)
+    if setting and setting in settings(r):
+        return settings(r)[setting]
+    if name.startswith(("proxmox-headers-", "proxmox-kernel-")):  # the ABI's version: 6.8.12-4-pve -> 6.8.12-4
+        return name.split("-", 2)[2].removesuffix("-signed").removesuffix("-pve")
+    return {"dkms": "3.0.10-8+deb12u1", "proxmox-default-headers": "1.1.0"}.get(name, "1.0-1")
 
 
 def cmd_apt_get(argv):
@@ -347,22 +811,71 @@ def cmd_dpkg_query(argv):
             rc = 1
             continue
         out = fmt.replace("\\n", "\n").replace("\\t", "\t")
-        for k, v in {"Package": p, "Version": pkg_version(p), "Status": "install ok installed",
+        for k, v in {"Package": p, "Version": pkg_version(p, tree()), "Status": "install ok installed",
                      "db:Status-Abbrev": "ii ", "binary:Package": p}.items():
             out = out.replace("${" + k + "}", v)
         sys.stdout.write(out)
     return rc
 
 
+def _version_parts(v: str):
+    epoch, _, rest = v.rpartition(":") if ":" in v else ("0", "", v)
+    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
+    return int(epoch or 0), upstream, revision
+
+
+def _order(c: str) -> int:
+    return 0 if c.isdigit() else ord(c) if c.isalpha() else -1 if c == "~" else ord(c) + 256 if c else 0
+
+
+def _verrevcmp(a: str, b: str) -> int:
+    """dpkg 1.21.22 (Debian 12) lib/dpkg/version.c verrevcmp: non-digit runs by `order` (~ before everything,
+    letters before other signs), digit runs by value."""
+    i = j = 0
+    while i < len(a) or j < len(b):
+        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
+            ac, bc = _order(a[i] if i < len(a) else ""), _order(b[j] if j < len(b) else "")
+            if ac != bc:
+                return ac - bc
+            i, j = i + 1, j + 1
+        ni = i
+        while ni < len(a) and a[ni].isdigit():
+            ni += 1
+        nj = j
+        while nj < len(b) and b[nj].isdigit():
+            nj += 1
+        da, db = int(a[i:ni] or 0), int(b[j:nj] or 0)
+        if da != db:
+            return 1 if da > db else -1
+        i, j = ni, nj
+    return 0
+
+
+def compare_versions(a: str, b: str) -> int:
+    """dpkg_version_compare: epoch, then upstream version, then revision."""
+    (ea, ua, ra), (eb, ub, rb) = _version_parts(a), _version_parts(b)
+    return (ea > eb) - (ea < eb) or _verrevcmp(ua, ub) or _verrevcmp(ra, rb)
+
+
 def cmd_dpkg(argv):
     r = root()
+    if argv[:1] == ["--compare-versions"]:
+        # dpkg 1.21.22 src/main/enquiry.c cmpversions: status 0 when the relation holds, 1 when not.
+        if len(argv) != 4:
+            raise Fail("dpkg: error: --compare-versions takes three arguments: <version> <relation> <version>", 2)
+        a, rel, b = argv[1:]
+        ops = {"lt": lambda c: c < 0, "le": lambda c: c <= 0, "eq": lambda c: c == 0, "ne": lambda c: c != 0,
+               "ge": lambda c: c >= 0, "gt": lambda c: c > 0}
+        if rel not in ops:
+            raise Fail("dpkg: error: --compare-versions bad relation", 2)
+        return 0 if ops[rel](compare_versions(a, b)) else 1
     if argv[:1] not in (["-s"], ["--status"], ["-l"]):
-        raise Fail("dpkg: error: only -s and -l are simulated", 2)
+        raise Fail("dpkg: error: only -s, -l and --compare-versions are simulated", 2)
     rc = 0
     for p in argv[1:]:
         if p in dpkg_list(r):
-            print(f"Package: {p}\nStatus: install ok installed\nVersion: {pkg_version(p)}\n" if argv[0] != "-l"
-                  else f"ii  {p}  {pkg_version(p)}  amd64")
+            print(f"Package: {p}\nStatus: install ok installed\nVersion: {pkg_version(p, tree())}\n" if argv[0] != "-l"
+                  else f"ii  {p}  {pkg_version(p, tree())}  amd64")
         else:
             print(f"dpkg-query: package '{p}' is not installed and no information is available", file=sys.stderr)
             rc = 1
