@@ -18,6 +18,10 @@ def render_files(config: StackConfig) -> dict[str, HostFile]:
     return {
         "override_script": HostFile(OVERRIDE_SCRIPT, render("vfio_binding/vfio-override.sh.j2", vfio_slots=vfio_slots),
                                     mode="0755"),
+        # mkinitramfs runs the executables of /etc/initramfs-tools/hooks (initramfs-tools(7)).
+        "initramfs_hook": HostFile("/etc/initramfs-tools/hooks/gpuhosts-vfio",
+                                   render("vfio_binding/initramfs-hook.sh.j2", override_script=OVERRIDE_SCRIPT),
+                                   mode="0755"),
         "modprobe_conf": HostFile("/etc/modprobe.d/gpuhosts-vfio.conf",
                                   render("vfio_binding/modprobe-vfio.conf.j2", vfio_slots=vfio_slots,
                                          override_script=OVERRIDE_SCRIPT)),

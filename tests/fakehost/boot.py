@@ -4,9 +4,9 @@
    ``/dev/nvidia*`` nodes vanish; a new boot id.
 2. ``/proc/cmdline`` from the boot loader in use (systemd-boot: its loader entry, written by
    ``proxmox-boot-tool refresh``; GRUB: ``boot/grub/grub.cfg``, written by ``update-grub``).
-3. initramfs, with the configuration *inside* ``boot/initrd.img-<kernel>`` (only ``update-initramfs`` changes
-   it): ``etc/initramfs-tools/scripts/init-top/*`` run, then the modules of ``etc/initramfs-tools/modules``
-   load with the initrd's modprobe.d.
+3. initramfs, from what ``boot/initrd.img-<kernel>`` holds (only ``update-initramfs`` changes it): its
+   ``scripts/init-top/*`` run, then the modules of its ``conf/modules`` (from ``etc/initramfs-tools/modules``)
+   load with its modprobe.d; an install command there runs only programs the image holds.
 4. Root file system, with the live configuration: enabled units ordered before module loading
    (``DefaultDependencies=no`` + ``Before=sysinit.target`` / ``systemd-modules-load.service`` / udev) start;
    ``etc/modules`` and ``etc/modules-load.d/*.conf`` load (honouring ``options``, ``softdep … pre:``,
@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 from . import kernel, pve, systemd
-from .system import ModprobeConf, boot_cmdline, modprobe, modules_list, parse_initrd, run_argv
+from .system import ModprobeConf, boot_cmdline, modprobe, modules_list, parse_initrd, run_in_image, unpack_initrd
 from .util import Fail, settings, write
 
 
@@ -66,20 +66,26 @@ def boot(r):
     kernel.write_proc_devices(r)
     write(r / "run/fakehost/boot.log", "")
 
-    # initramfs stage
+    # initramfs stage: init mounts sysfs and proc, runs scripts/init-top, then load_modules runs
+    # `/sbin/modprobe $m` for each line of conf/modules (initramfs-tools 0.142 init, scripts/functions
+    # load_modules) — all inside the image: its modprobe.d, and only the programs it holds.
     image = parse_initrd((r / f"boot/initrd.img-{kv}").read_bytes())
-    texts = {n: c.decode() for n, (_, c) in image.items()}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in sorted(n for n in image if n.startswith("etc/initramfs-tools/scripts/init-top/")):
-            mode, content = image[name]
-            if mode & 0o111 and not content.startswith(b"-> "):
-                script = os.path.join(tmp, os.path.basename(name))
-                write(Path(script), content, 0o755)
-                if run_argv(r, [script]):
-                    _log(r, f"initramfs: {name} failed")
-    iconf = ModprobeConf({n: c for n, c in texts.items() if n.startswith("etc/modprobe.d/")})
-    for mod in modules_list(texts.get("etc/initramfs-tools/modules", "")):
-        _load(r, mod, iconf, "initramfs")
+        unpacked = Path(tmp)
+        unpack_initrd(image, unpacked)
+        top = unpacked / "scripts/init-top"
+        for script in sorted(top.iterdir()) if top.is_dir() else []:
+            if script.is_file() and os.access(script, os.X_OK) and run_in_image(
+                    r, unpacked, [f"/scripts/init-top/{script.name}"]):
+                _log(r, f"initramfs: /scripts/init-top/{script.name} failed")
+        loads = (unpacked / "conf/modules").read_text().splitlines() if (unpacked / "conf/modules").is_file() else []
+        for line in loads:
+            if line.strip() and not line.lstrip().startswith("#"):
+                mod, *params = line.split()
+                try:
+                    modprobe(r, mod, extra=" ".join(params), image=unpacked)
+                except Fail as e:
+                    _log(r, f"initramfs: {e.msg}")
 
     # root file system
     conf = ModprobeConf.live(r)
