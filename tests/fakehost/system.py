@@ -281,6 +281,11 @@ def probe_list(r, conf, mod, ignore_install=False) -> list:
     return out
 
 
+def options_concat(configured: str, extra: str) -> str:
+    """module_options_concat: the configured options, a blank, then those of the command line."""
+    return f"{configured} {extra}" if configured else extra
+
+
 def modprobe(r, mod, conf=None, ignore_install=False, extra="", image=None):
     """Loads ``mod`` the way kmod_module_probe_insert_module does. ``image``: an unpacked initramfs whose
     modprobe.d applies and whose programs alone an install command can run."""
@@ -293,7 +298,7 @@ def modprobe(r, mod, conf=None, ignore_install=False, extra="", image=None):
     for m, may_install, required in probe_list(r, conf, mod, ignore_install):
         if kernel.is_loaded(r, m):
             continue
-        options = " ".join(filter(None, (conf.options_of(m), extra if m == mod else "")))
+        options = options_concat(conf.options_of(m), extra if m == mod else "")
         command = conf.install_of(m)
         try:
             if command is not None and may_install:
