@@ -145,6 +145,15 @@ def model_store_key(vmid: int) -> str:
 
 def plan_model_store(container: ContainerConfig, needs: tuple[str, ...]) -> Unit:
     store = container.model_store
+    # pct's mount point entry `mpN: SOURCE,mp=PATH` is a property string: split at every ',' with no quoting, and
+    # a part holding '=' read as key=value (pve-common src/PVE/JSONSchema.pm parse_property_string), so those
+    # characters cannot reach pct; blanks and the rest are taken as they are.
+    for field, value, refused in (("hostPath", store.host_path, ",="), ("path", store.path, ",")):
+        for char in refused:
+            if char in value:
+                raise ValueError(f"containers (vmid {container.vmid}): modelStore.{field} {value!r} holds {char!r}, "
+                                 "which pct's mount point entry cannot hold (it splits at ',' and reads '=' as an "
+                                 "option); use a directory without it")
     unit = model_store_key(container.vmid)
     values = dict(unit=unit, vmid=container.vmid, allow_restart=container.allow_restart, host_path=store.host_path,
                   path=store.path)
