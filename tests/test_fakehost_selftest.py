@@ -166,6 +166,8 @@ def test_minors_follow_the_driver_not_pci_order(tmp_path, run):
     with_driver(t, run[0])
     info = (t / "proc/driver/nvidia/gpus/0000:41:00.0/information").read_text()
     assert "Device Minor: \t 1\n" in info and "Bus Location: \t 0000:41:00.0\n" in info
+    assert not (t / "dev/nvidia0").exists()  # the module makes no node: nvidia-modprobe does
+    sh(t, "nvidia-modprobe -c=0")
     assert (t / "dev/nvidia0").read_text() == "c 195:0\n"
     assert sh(t, "nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader").stdout.startswith("0, 00000000:41")
 
@@ -246,7 +248,8 @@ def test_pct_set_refuses_missing_node_and_delete_restores(host):
 def test_nvidia_smi_in_container(host, run, tmp_path, ct_version, restart, rc, out):
     with_driver(host, run[0])
     m = kernel.nv_minor(host, "0000:41:00.0")
-    sh(host, f"pct set 129 --dev0 /dev/nvidia{m} --dev1 /dev/nvidiactl" + ("; pct reboot 129" if restart else ""))
+    sh(host, f"nvidia-modprobe -c={m} -c=255 && pct set 129 --dev0 /dev/nvidia{m} --dev1 /dev/nvidiactl"
+       + ("; pct reboot 129" if restart else ""))
     if ct_version:
         f = tmp_path / f"ct-{ct_version}.run"
         make_fake_run(f, ct_version)
@@ -296,9 +299,11 @@ def test_boot_loader_files(tmp_path):
 
 UNIT = """[Unit]
 Description=Create NVIDIA device nodes
+Before=pve-guests.service
 [Service]
 Type=oneshot
 RemainAfterExit=yes
+ExecStart=/usr/bin/nvidia-modprobe -c=255 -c=0 -c=1
 ExecStart=/usr/bin/nvidia-modprobe -u -c=0
 [Install]
 WantedBy=multi-user.target
@@ -330,10 +335,10 @@ def test_reboot_applies_the_split_binding(host, run):
     with_driver(host, run[0])
     (host / "etc/systemd/system/gpu-override.service").write_text(OVERRIDE_UNIT)
     (host / "etc/systemd/system/nvidia-nodes.service").write_text(UNIT)
-    sh(host, "systemctl enable gpu-override nvidia-nodes 2>/dev/null\n"
+    sh(host, "systemctl enable gpu-override 2>/dev/null && systemctl enable --now nvidia-nodes 2>/dev/null\n"
              "printf 'softdep nvidia pre: vfio-pci\\n' > $r/etc/modprobe.d/vfio.conf\n"
              "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' > $r/etc/modprobe.d/blacklist-nouveau.conf\n"
-             "pct set 129 --dev0 /dev/nvidia0 --dev1 /dev/nvidia1 --dev2 /dev/nvidiactl --dev3 /dev/nvidia-uvm\n"
+             "pct set 129 --dev0 /dev/nvidia0 --dev1 /dev/nvidia1 --dev2 /dev/nvidiactl --dev3 /dev/nvidia-uvm || exit 1\n"
              "update-initramfs -u -k all >/dev/null\nreboot")
     assert [drv(host, a) for a in kernel.pci_devices(host)] == [
         "vfio-pci", "vfio-pci", "vfio-pci", "vfio-pci", "nvidia", "snd_hda_intel", "nvidia", "snd_hda_intel"]
