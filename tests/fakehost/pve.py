@@ -326,21 +326,25 @@ def _mounts_file(r, vmid):
 
 def mount(r, vmid, key, source, target) -> dict:
     link = ct_root(r, vmid) / target.lstrip("/")
-    shadow = link.with_name(link.name + ".fakehost-shadowed")
+    # a second mount on the same path covers the first, as mounts stack in the kernel
+    shadow, n = link.with_name(link.name + ".fakehost-shadowed"), 1
+    while os.path.lexists(shadow):
+        n += 1
+        shadow = link.with_name(f"{link.name}.fakehost-shadowed-{n}")
     shadowed = os.path.lexists(link)
     if shadowed:
         link.rename(shadow)
     link.parent.mkdir(parents=True, exist_ok=True)
     # relative, so that a copied tree mounts its own host path
     os.symlink(os.path.relpath(r.resolve() / source.lstrip("/"), link.parent.resolve()), link)
-    return {"key": key, "source": source, "target": target, "shadowed": shadowed}
+    return {"key": key, "source": source, "target": target, "shadowed": shadowed, "shadow": shadow.name}
 
 
 def unmount(r, vmid, m):
     link = ct_root(r, vmid) / m["target"].lstrip("/")
     if link.is_symlink():
         link.unlink()
-    shadow = link.with_name(link.name + ".fakehost-shadowed")
+    shadow = link.with_name(m.get("shadow", link.name + ".fakehost-shadowed"))
     if m["shadowed"] and os.path.lexists(shadow):
         shadow.rename(link)
 
