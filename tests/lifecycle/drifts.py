@@ -85,6 +85,7 @@ DRIFTS = [
           {"training-monitor": 'facts["file /etc/systemd/system/gpuhosts-training-monitor.service"]'}),
     Drift("a running VM holds a GPU meant for the container", "kpro5", vm_takes_a_container_gpu,
           {"vfio-binding": 'facts["running VM with 0000:61:00"]', "ct129-gpu-devices": 'facts["device 0000:61:00.0"]',
-           "nvidia-driver": 'facts["systemd gpuhosts-nvidia-persistenced.service"]'},
+           "nvidia-driver": 'facts["systemd gpuhosts-nvidia-persistenced.service"]',
+           "nvidia-uvm-at-boot": 'facts["node of GPU 0000:61:00.0"]'},
           refuse="VM 105 is running with 0000:61:00 passed through"),
 ]
