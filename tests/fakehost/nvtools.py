@@ -54,6 +54,27 @@ def visible_gpus(r, t):
     return gpus
 
 
+FAILURES = Path(__file__).resolve().parent.parent / "fixtures/facts/h200-tool-failures/commands.json"
+
+
+def _help_fields(name: str) -> set:
+    """The fields `nvidia-smi --help-query-…` lists (an alias follows " or "), from the capture beside FAILURES."""
+    text = (FAILURES.parent / name).read_text()
+    return {f for line in text.splitlines() if line.startswith('"') for f in re.findall(r'^"([^"]+)"|or "([^"]+)"', line)
+            for f in f if f}
+
+
+QUERY_FIELDS = {"--query-gpu": _help_fields("help-query-gpu.txt"),
+                "--query-compute-apps": _help_fields("help-query-compute-apps.txt")}
+
+
+def check_query(switch: str, names: list):
+    """The real tool refuses an unknown field before it prints anything (capture `smi-bad-field`)."""
+    for name in names:
+        if name not in QUERY_FIELDS[switch]:
+            raise Fail(f'Field "{name}" is not a valid field to query.\n', 2)
+
+
 def field(t, addr, minor, index, name):
     dev = kernel.attr(t, addr, "device")
     model, mem, _ = kernel.GPU_MODELS.get(dev, ("NVIDIA Graphics Device", 0, ""))
@@ -63,7 +84,7 @@ def field(t, addr, minor, index, name):
               "persistence_mode": "Enabled" if st["persistence"].get(addr) else "Disabled",
               "memory.total": f"{mem} MiB", "pci.device_id": f"0x{dev[2:].upper()}10DE"}
     if name not in values:
-        raise Fail(f'Field "{name}" is not a valid field to query.', 2)
+        raise Fail(f"fakehost: nvidia-smi field {name} is valid but not simulated", 2)
     return values[name]
 
 
@@ -86,7 +107,6 @@ def opt(argv, *names):
     return None
 
 
-FAILURES = Path(__file__).resolve().parent.parent / "fixtures/facts/h200-tool-failures/commands.json"
 
 
 def captured_failure(case: str) -> int:
@@ -99,9 +119,24 @@ def captured_failure(case: str) -> int:
 
 
 def cmd_nvidia_smi(argv):
+    """nvidia-smi prints its own errors on stdout (captures `smi-i-missing`, `smi-bad-field`); only a missing program
+    is the shell's message on stderr."""
+    try:
+        return _nvidia_smi(argv)
+    except Fail as e:
+        if e.code == 127:
+            raise
+        sys.stdout.write(e.msg + "\n")
+        return e.code
+
+
+def _nvidia_smi(argv):
     r, t = root(), tree()
     if settings(t).get("nvidia_smi_fail"):  # a case name of the captured failures
         return captured_failure(settings(t)["nvidia_smi_fail"])
+    for switch in QUERY_FIELDS:
+        if opt(argv, switch):
+            check_query(switch, [n.strip() for n in opt(argv, switch).split(",")])
     gpus = visible_gpus(r, t)
     ident, pm = opt(argv, "-i", "--id"), opt(argv, "-pm", "--persistence-mode")
     fmt = (opt(argv, "--format") or "csv").split(",")
