@@ -147,3 +147,12 @@ def test_a_module_built_for_the_running_kernel_and_not_yet_loaded_waits_for_the_
     assert subprocess.run(["reboot"], env=host_env(host.tree)).returncode == 0
     assert host.text("/sys/module/nvidia/version").strip() == VERSION
     assert not parse_result(host.apply(host.unit(DRIVER))).reboot_required
+
+
+@pytest.mark.parametrize("seed, change, words", [row[1:] for row in REFUSALS if "boots with" in row[3]],
+                         ids=[row[0] for row in REFUSALS if "boots with" in row[3]])
+def test_the_vfio_binding_which_writes_kernel_arguments_first_refuses_the_wrong_boot_loader_too(tmp_path, seed, change,
+                                                                                               words):
+    host = make_host(tmp_path, **seed)
+    values = host.values() if change is None else change(host.values())
+    refused(host, host.unit("vfio-binding", values), words)
