@@ -241,8 +241,9 @@ def test_pct_set_refuses_missing_node_and_delete_restores(host):
 
 @pytest.mark.parametrize("ct_version, restart, rc, out", [
     (VER, True, 0, "0, 00000000:41:00.0\n"),
-    (VER, False, 9, ""),                 # devices added after the last start are not there yet
-    (VER2, True, 18, ""),                # user space differs from the host module: NVML refuses
+    # nvidia-smi reports NVML's errors on stdout (tests/fixtures/facts/h200-tool-failures).
+    (VER, False, 9, "NVIDIA-SMI has failed"),  # devices added after the last start are not there yet
+    (VER2, True, 18, "Failed to initialize NVML: Driver/library version mismatch"),  # user space differs: NVML refuses
     (None, True, 127, ""),
 ])
 def test_nvidia_smi_in_container(host, run, tmp_path, ct_version, restart, rc, out):
@@ -255,9 +256,7 @@ def test_nvidia_smi_in_container(host, run, tmp_path, ct_version, restart, rc, o
         make_fake_run(f, ct_version)
         sh(host, f"pct push 129 {f} /root/driver.run && pct exec 129 -- sh /root/driver.run --silent --no-kernel-modules")
     p = sh(host, "pct exec 129 -- nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader", check=False)
-    assert (p.returncode, p.stdout) == (rc, out), p.stderr
-    if rc == 18:
-        assert "Driver/library version mismatch" in p.stderr
+    assert p.returncode == rc and (p.stdout == out if rc in (0, 127) else p.stdout.startswith(out)), p.stderr
 
 
 def test_container_start_needs_the_nodes(host):
