@@ -1,11 +1,11 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-gpu-devices]
 # The probe of ct129-gpu-devices: reads the host and changes nothing; prints one facts line.
-# [templates/lxc_gpu_passthrough/container.sh.j2 sha256:09b60c665343649d vmid=129 allow_restart=true]
+# [templates/lxc_gpu_passthrough/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
 container_config="$(pct config "$vmid" 2>/dev/null || true)"
 
 # container_device NODE — "passed" when a devN entry of the container names NODE.
 container_device() {
-  if sed -nE 's/^dev[0-9]+: (path=)?([^,]+).*/\2/p' <<<"$container_config" | grep -qxF "$1"; then
+  if parse_dev_entries <<<"$container_config" | awk -F '\t' -v p="$1" '$2 == p {found = 1} END {exit !found}'; then
     echo passed
   else
     echo absent

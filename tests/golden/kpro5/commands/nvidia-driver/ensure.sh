@@ -11,10 +11,76 @@ cache="$root/var/cache/gpuhosts"
 state="$state_dir/nvidia-driver.state"
 
 gpus=(0000:41:00.0 0000:61:00.0)
+bootloader=systemd-boot
+container_gpus=yes
+devn_min=5.0.7
+hotplug_min=6.0.4
 module_reloaded=0
 loaded="$(module_version)"
 installed="$(userspace_version)"
 say "wanted $version ($module_type); loaded module: ${loaded:-none}; installed user space: ${installed:-none}"
+
+# --- pre-flight: what this host runs, and what the stack cannot do on it, before anything changes -----------
+kernel="$(uname -r)"
+# pve-manager bin/pveversion prints "pve-manager/<version>/<build commit> (running kernel: <release>)".
+pve_version="$(pveversion 2>/dev/null | awk -F/ '$1 == "pve-manager" {print $2; exit}' || true)"
+pct_version="$(dpkg-query -W -f='${Version}' pve-container 2>/dev/null || true)"
+say "pre-flight: Proxmox VE ${pve_version:-unknown} (pveversion), pve-container ${pct_version:-not installed}, kernel $kernel"
+
+# --- check: the boot loader the stack names is the one this host boots with --------------------------------
+# Shared by the vfio binding (it runs first and writes kernel arguments) and the driver's pre-flight.
+# proxmox-boot-tool status exits 2 when it keeps no ESP (plain GRUB); an ESP with a systemd-boot loader reads
+# "… is configured with: uefi", one with GRUB "… configured with: grub".
+host_bootloader=grub
+if pbt_status="$(proxmox-boot-tool status 2>/dev/null)" && grep -qF 'is configured with: uefi' <<<"$pbt_status"; then
+  host_bootloader=systemd-boot
+fi
+say "pre-flight: boot loader $host_bootloader (proxmox-boot-tool status)"
+if [ "$host_bootloader" != "$bootloader" ]; then
+  refuse "the host boots with $host_bootloader (proxmox-boot-tool status) but gpuhosts:host.bootloader is $bootloader, \
+so kernel arguments would be written where the boot loader does not read them: set host.bootloader to $host_bootloader"
+fi
+
+# Secure Boot as mokutil --sb-state decides it: SecureBoot 1 and SetupMode 0 (efivarfs: 4 attribute bytes first).
+efi_byte() {
+  [ -r "$1" ] || return 0
+  od -An -t u1 -j4 -N1 "$1" | tr -d ' \n'
+}
+efivars="$root/sys/firmware/efi/efivars"
+secure_boot=disabled
+if [ ! -d "$root/sys/firmware/efi" ]; then
+  secure_boot="not available (legacy BIOS boot)"
+elif [ "$(efi_byte "$efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")" = 1 ] \
+  && [ "$(efi_byte "$efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c")" != 1 ]; then
+  secure_boot=enabled
+fi
+say "pre-flight: Secure Boot $secure_boot"
+if [ "$secure_boot" = enabled ] && [ "$installed" != "$version" ]; then
+  refuse "Secure Boot is enabled, so the kernel loads only signed modules, and gpuhosts builds nvidia $version \
+unsigned (it gives the installer no --module-signing-secret-key and sets up no DKMS signing key): disable Secure \
+Boot in the firmware, or install the driver signed with an enrolled MOK yourself, and run again"
+fi
+
+devn=no
+hotplug=no
+if [ -n "$pct_version" ] && dpkg --compare-versions "$pct_version" ge "$devn_min"; then
+  devn=yes
+fi
+if [ -n "$pct_version" ] && dpkg --compare-versions "$pct_version" ge "$hotplug_min"; then
+  hotplug=yes
+fi
+say "pre-flight: container devN entries: $devn (pve-container >= $devn_min); devN hotplug: $hotplug (pve-container >= $hotplug_min)"
+if [ "$container_gpus" = yes ] && [ "$devn" = no ]; then
+  refuse "the stack gives GPUs to containers as devN entries, which need pve-container >= $devn_min (Proxmox VE 8.1); \
+this host has ${pct_version:-no pve-container}: upgrade Proxmox VE and run again"
+fi
+
+# dkms_state KERNEL — DKMS's state of nvidia $version for KERNEL (installed, built), empty when not built there.
+# dkms 3.0.10 do_status prints "<module>/<version>, <kernel>, <arch>: <state>[ (WARNING…)]" or "<module>/<version>: added".
+dkms_state() {
+  printf '%s\n' "$dkms_status" | awk -v prefix="nvidia/$version, $1, " \
+    'index($0, prefix) == 1 {rest = substr($0, length(prefix) + 1); sub(/^[^:]*: /, "", rest); split(rest, w, " "); print w[1]; exit}'
+}
 
 if [ "$installed" != "$version" ] && [ -n "$loaded" ] && [ "$loaded" != "$version" ]; then
   # The installer will not replace a loaded module. Unloading works only while nothing but our own persistence
@@ -25,11 +91,20 @@ if [ "$installed" != "$version" ] && [ -n "$loaded" ] && [ "$loaded" != "$versio
     systemctl stop "$persistenced_unit_name"
   fi
   for node in "$root"/dev/nvidia[0-9]* "$root/dev/nvidiactl" "$root/dev/nvidia-uvm"; do
-    if [ -e "$node" ] && fuser -s "$node" 2>/dev/null; then
-      [ "$persistenced_was_active" = 0 ] || systemctl start "$persistenced_unit_name"
-      refuse "nvidia $loaded is loaded and in use (${node#"$root"}: $(fuser -v "$node" 2>&1 | tail -n +2 | tr -s ' \n' ' ')), \
-so $version cannot replace it now: stop the containers and processes using the GPUs, or reboot, and run again"
+    [ -e "$node" ] || continue
+    # fuser -s exits 1 both for "no process" and for an error; only an error prints (on stderr).
+    fuser_rc=0
+    fuser_err="$(fuser -s "$node" 2>&1)" || fuser_rc=$?
+    if [ "$fuser_rc" = 1 ] && [ -z "$fuser_err" ]; then
+      continue
     fi
+    [ "$persistenced_was_active" = 0 ] || systemctl start "$persistenced_unit_name"
+    if [ "$fuser_rc" != 0 ]; then
+      refuse "cannot tell whether a process holds ${node#"$root"}: fuser -s failed (status $fuser_rc): \
+$(tr '\n' ' ' <<<"$fuser_err")"
+    fi
+    refuse "nvidia $loaded is loaded and in use (${node#"$root"}: $(fuser -v "$node" 2>&1 | tail -n +2 | tr -s ' \n' ' ')), \
+so $version cannot replace it now: stop the containers and processes using the GPUs, or reboot, and run again"
   done
   for module in nvidia_uvm nvidia_drm nvidia_modeset nvidia; do
     if [ -d "$root/sys/module/$module" ] && ! modprobe -r "$module"; then
@@ -96,8 +171,27 @@ if [ "$installed" != "$version" ]; then
   note_change "installed NVIDIA driver $version ($module_type kernel module, DKMS)"
 fi
 
+# DKMS after a build, and after a kernel update: a module not built for the running kernel never loads, however
+# often the host reboots.
+dkms_status="$(dkms status -m nvidia -v "$version" 2>/dev/null || true)"
+while IFS= read -r line; do
+  [ -z "$line" ] || say "DKMS: $line"
+done <<<"$dkms_status"
+if [ -n "$dkms_status" ] && [ "$(module_version)" != "$version" ] && [ "$(dkms_state "$kernel")" != installed ]; then
+  # dkms 3.0.10 actual_build moves the log beside the build only when it succeeds; a failed one stays in build/.
+  failed_log="/var/lib/dkms/nvidia/$version/build/make.log"
+  if [ -f "$root$failed_log" ]; then
+    why="its DKMS build failed (log: $failed_log)"
+  else
+    why="DKMS has not built it there (is proxmox-headers-$kernel installed?)"
+  fi
+  refuse "nvidia $version is not installed for the running kernel $kernel, so no reboot would load it: $why; \
+fix the build and run 'dkms install -m nvidia -v $version -k $kernel', or boot a kernel it is built for (dkms status \
+-m nvidia) with proxmox-boot-tool kernel pin, and run again"
+fi
+
 install_file /etc/systemd/system/gpuhosts-nvidia-persistenced.service 0644 <<'GPUHOSTS_EOF'
-# [content: etc/systemd/system/gpuhosts-nvidia-persistenced.service sha256:baa5ba13d157aa15]
+# [content: etc/systemd/system/gpuhosts-nvidia-persistenced.service sha256:c5b4fce5cf006be6]
 GPUHOSTS_EOF
 if [ "$file_changed" = 1 ]; then
   systemctl daemon-reload

@@ -1,11 +1,17 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=vfio-binding]
 # The probe of vfio-binding: reads the host and changes nothing; prints one facts line.
-# [templates/vfio_binding/pci.sh.j2 sha256:d46186d4cfab4eb2]
+# [templates/vfio_binding/pci.sh.j2 sha256:675ec86571878761]
 bootloader=systemd-boot
 
-# kernel_arg_state ARG — "present" when the boot loader's configured command line carries ARG.
+# kernel_arg_state ARG — "present" when the boot loader's configured command line carries ARG; why it cannot be read
+# otherwise.
 kernel_arg_state() {
-  case " $(kernel_cmdline 2>/dev/null | head -n1) " in
+  local line
+  if ! line="$(kernel_cmdline 2>&1)"; then
+    printf 'unreadable: %s\n' "${line#*refused: }"
+    return 0
+  fi
+  case " $line " in
     *" $1 "*) echo present ;;
     *) echo absent ;;
   esac
@@ -29,32 +35,28 @@ slot_binding() {
   fi
 }
 
-# "SLOT VMID" for every hostpciN of every running VM, read once per probe: each qm call costs a Perl start on a
-# real host, and only running VMs matter here.
-running_vm_slots="$(
-  while read -r vmid status; do
-    [ "$status" = running ] || continue
-    while read -r entry; do
-      if [ "${entry#mapping=}" != "$entry" ]; then
-        entry="$(mapped_paths "${entry#mapping=}")"
-      fi
-      for id in ${entry//;/ }; do
-        id="$(normal_address "$id")"
-        printf '%s %s\n' "${id%.*}" "$vmid"
-        printf '%s %s\n' "$id" "$vmid"
-      done
-    done < <(qm config "$vmid" | sed -nE 's/^hostpci[0-9]+: ([^,]+).*/\1/p')
-  done < <(qm list 2>/dev/null | awk 'NR > 1 {print $1, $3}') 2>/dev/null
-)" || true
+# The VMs' PCI ids, read once per probe: each qm call costs a Perl start on a real host. A qm failure is the fact's
+# value, never "none".
+vm_table_error=""
+vm_table="$(vm_table)" || { vm_table_error="${vm_table//$'\n'/ }"; vm_table=""; }
 
-# running_vms_with SLOT — the running VMs whose hostpciN names the slot, or "none".
+# running_vms_with SLOT — the VMs not stopped whose hostpciN names the slot, "none", or why qm could not tell.
 running_vms_with() {
-  local found
-  found="$(awk -v slot="$1" '$1 == slot && !seen[$2]++ {printf "%sVM %s", sep, $2; sep = ", "}' <<<"$running_vm_slots")"
+  local vmid status found=""
+  if [ -n "$vm_table_error" ]; then
+    printf 'unknown: %s\n' "$vm_table_error"
+    return 0
+  fi
+  while read -r vmid status; do
+    if [ -n "$vmid" ] && [ "$status" != stopped ]; then
+      found+="${found:+, }VM $vmid"
+    fi
+  done <<<"$(vms_using_slot "$1")"
   echo "${found:-none}"
 }
 
 fact 'file /usr/local/lib/gpuhosts/vfio-override.sh' "$( { file_state /usr/local/lib/gpuhosts/vfio-override.sh; } 2>/dev/null || true)"
+fact 'file /etc/initramfs-tools/hooks/gpuhosts-vfio' "$( { file_state /etc/initramfs-tools/hooks/gpuhosts-vfio; } 2>/dev/null || true)"
 fact 'file /etc/modprobe.d/gpuhosts-vfio.conf' "$( { file_state /etc/modprobe.d/gpuhosts-vfio.conf; } 2>/dev/null || true)"
 fact 'file /etc/modules-load.d/gpuhosts-vfio.conf' "$( { file_state /etc/modules-load.d/gpuhosts-vfio.conf; } 2>/dev/null || true)"
 fact 'kernel argument iommu=pt' "$( { kernel_arg_state iommu=pt; } 2>/dev/null || true)"

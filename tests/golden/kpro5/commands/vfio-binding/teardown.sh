@@ -1,5 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=vfio-binding]
-# [templates/vfio_binding/pci.sh.j2 sha256:d46186d4cfab4eb2]
+# [templates/vfio_binding/pci.sh.j2 sha256:675ec86571878761]
 
 bootloader=systemd-boot
 original="$state_dir/vfio-original.state"
@@ -7,6 +7,7 @@ added_args="$state_dir/vfio-kernel-args.state"
 
 # --- check: putting every function back on its original driver is safe -------------------------------------
 if [ -f "$original" ]; then
+  load_vm_table
   while read -r function driver _override; do
     current="$(pci_driver "$function")"
     [ "$current" != "$driver" ] || continue
@@ -15,9 +16,12 @@ if [ -f "$original" ]; then
       [ -z "$problem" ] || refuse "$problem"
     fi
     if [ "$current" = vfio-pci ]; then
+      users="$(vms_using_slot "${function%.*}")"
       while read -r vmid status; do
-        [ "$status" != running ] || refuse "VM $vmid is running with ${function%.*} passed through; stop it before tearing down"
-      done < <(vms_using_slot "${function%.*}")
+        if [ -n "$vmid" ] && [ "$status" != stopped ]; then
+          refuse "VM $vmid is $status with ${function%.*} passed through; stop it before tearing down"
+        fi
+      done <<<"$users"
     fi
   done <"$original"
 fi
@@ -29,6 +33,9 @@ remove_file /etc/modprobe.d/gpuhosts-vfio.conf
 remove_file /etc/modules-load.d/gpuhosts-vfio.conf
 [ "$file_changed" = 0 ] || initramfs_stale=1
 remove_file /usr/local/lib/gpuhosts/vfio-override.sh
+[ "$file_changed" = 0 ] || initramfs_stale=1
+remove_file /etc/initramfs-tools/hooks/gpuhosts-vfio
+[ "$file_changed" = 0 ] || initramfs_stale=1
 rmdir "$root"/usr/local/lib/gpuhosts 2>/dev/null || true
 if [ -d "$state_dir/backup/etc/modprobe.d" ]; then
   for backup in "$state_dir"/backup/etc/modprobe.d/*; do
