@@ -9,10 +9,11 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 CONTRACT = TESTS.parent / "docs/fakehost-contract.md"
+FAKEHOST = TESTS / "fakehost"
 sys.path.insert(0, str(TESTS))
 
-# a tag-like token (1.21.22, v0.36.0, 580.95.05, 2.6.1) or a full commit id; a short commit id is no version
-VERSION = re.compile(r"(?<![\w.])(?:v?\d+(?:\.\d+)+[\w.+~-]*|[0-9a-f]{40})(?![\w])")
+# a tag-like token (1.21.22, v0.36.0, 580.95.05, 2.6.1, v30) or a full commit id; a short commit id is no version
+VERSION = re.compile(r"(?<![\w.])(?:v?\d+(?:\.\d+)+[\w.+~-]*|v\d+|[0-9a-f]{40})(?![\w])")
 CELL = re.compile(r"(?<!\\)\|")
 
 
@@ -44,8 +45,10 @@ def functions(cell: str) -> list:
         token = token.strip().rstrip("()")
         if token.endswith(".py"):
             module = token[:-3].rsplit("/", 1)[-1]
-        elif re.fullmatch(r"\w+\.\w+", token):
-            out.append(tuple(token.split(".")))
+        elif re.fullmatch(r"\w+(\.\w+)+", token):
+            out.append(tuple(token.split(".", 1)))
+        elif (FAKEHOST / token).is_file():
+            out.append(("", token))
         elif module and re.fullmatch(r"[A-Za-z_]\w*", token):
             out.append((module, token))
     return out
@@ -60,8 +63,12 @@ def problems(cells: list) -> list:
     if not named:
         found.append(f"names no module.function: {where!r}")
     for module, name in named:
+        if not module:
+            continue  # a file of the simulated host (a shell library), checked to exist above
         try:
-            obj = getattr(importlib.import_module(f"fakehost.{module}"), name)
+            obj = importlib.import_module(f"fakehost.{module}")
+            for part in name.split("."):
+                obj = getattr(obj, part)
         except (ImportError, AttributeError) as e:
             found.append(f"fakehost.{module}.{name} does not exist ({e.__class__.__name__})")
             continue
@@ -102,3 +109,14 @@ def test_the_contract_has_tables():
 def test_every_row_names_a_function_and_a_versioned_source(heading):
     bad = [f"docs/fakehost-contract.md:{n}: {p}" for n, cells in SECTIONS[heading] for p in problems(cells)]
     assert not bad, f"{len(bad)} row problem(s) in section {heading!r}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("cells, expected", [
+    (["a", "`system.ModprobeConf.showconfig`", "kmod tools/modprobe.c @ v30"], []),
+    (["a", "`system.ModprobeConf.no_such`", "x @ v30"], ["fakehost.system.ModprobeConf.no_such does not exist "
+                                                        "(AttributeError)"]),
+    (["a", "`share/hook-functions`", "initramfs-tools @ debian/0.142"], []),
+    (["a", "`share/no-such-file`", "x @ v30"], ["names no module.function: '`share/no-such-file`'"]),
+])
+def test_methods_and_files_of_the_simulated_host_are_names_too(cells, expected):
+    assert problems(cells) == expected
