@@ -451,3 +451,19 @@ def test_uv_require_hashes_covers_dependencies(host, lock, flags, rc, says):
     assert (p.returncode, says in p.stderr) == (rc, True), p.stderr
     installed = set(json.loads((host / "v/.fakehost-packages.json").read_text()))
     assert ("vllm" in installed) == (rc == 0)
+
+
+@pytest.mark.parametrize("written, held_after, fails", [
+    ("10de 2204", False, False),
+    ("0x10de 0x2204", False, False),   # the kernel parses the ids as hex, with or without 0x
+    ("10de 9999", True, True),          # an id vfio-pci does not hold: "No such device", the others stay
+])
+def test_remove_id_drops_a_dynamic_id_or_fails_as_the_kernel_does(host, written, held_after, fails):
+    from fakehost.util import Fail
+    (host / "sys/bus/pci/drivers/vfio-pci/remove_id").write_text(written + "\n")
+    if fails:
+        with pytest.raises(Fail, match="No such device"):
+            kernel.sysfs_write(host, "/sys/bus/pci/drivers/vfio-pci/remove_id")
+    else:
+        kernel.sysfs_write(host, "/sys/bus/pci/drivers/vfio-pci/remove_id")
+    assert ("10de:2204" in kernel.kstate(host)["dynids"]["vfio-pci"]) == held_after

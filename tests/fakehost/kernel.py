@@ -421,9 +421,13 @@ def sysfs_write(r, path):
             v, d = value.split()[:2]
             add_dynid(r, drv, f"{v.lower().removeprefix('0x')}:{d.lower().removeprefix('0x')}")
         else:
+            # drivers/pci/pci-driver.c remove_id_store: an id the driver does not hold is -ENODEV
             st = kstate(r)
             v, d = value.split()[:2]
-            st["dynids"].get(drv, []).remove(f"{v.lower()}:{d.lower()}")
+            ident = f"{v.lower().removeprefix('0x')}:{d.lower().removeprefix('0x')}"
+            if ident not in st["dynids"].get(drv, []):
+                raise Fail("write error: No such device")
+            st["dynids"][drv].remove(ident)
             save(r, st)
     else:
         raise Fail(f"fakehost: no kernel behaviour for writes to {path}")
