@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fakehost import host_env, kernel  # noqa: E402
 from fakehost.installer import make_fake_run  # noqa: E402
 from fakehost.tree import seed_kpro5, tree_digest, tree_listing  # noqa: E402
+from conftest import FIXTURES  # noqa: E402
 
 VER, VER2 = "580.95.05", "580.95.07"
 A6000 = ("0000:41:00.0", "0000:41:00.1", "0000:61:00.0", "0000:61:00.1")
@@ -467,3 +468,17 @@ def test_remove_id_drops_a_dynamic_id_or_fails_as_the_kernel_does(host, written,
     else:
         kernel.sysfs_write(host, "/sys/bus/pci/drivers/vfio-pci/remove_id")
     assert ("10de:2204" in kernel.kstate(host)["dynids"]["vfio-pci"]) == held_after
+
+
+@pytest.mark.parametrize("flags, mode", [
+    ("", "Enabled"),                       # the daemon's default (captured `nvidia-persistenced --help`, 580.159.04)
+    ("--persistence-mode", "Enabled"),
+    ("--no-persistence-mode", "Disabled"),
+])
+def test_the_persistence_daemon_turns_persistence_mode_on_unless_told_not_to(host, run, flags, mode):
+    help_text = json.loads((FIXTURES / "facts/h200-tool-failures/commands.json").read_text())["persistenced-help"]
+    assert "By default, nvidia-persistenced starts with persistence mode enabled for all devices" in help_text["stdout"]
+    with_driver(host, run[0])
+    sh(host, f"nvidia-persistenced {flags}")
+    out = sh(host, "nvidia-smi -i 0000:41:00.0 --query-gpu=persistence_mode --format=csv,noheader").stdout
+    assert out == mode + "\n"
