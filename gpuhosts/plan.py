@@ -218,6 +218,18 @@ def _dump(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def secret_versions(stack_file: Path) -> dict[str, str]:
+    """Per secret the stack file holds encrypted, a keyed digest of its ciphertext (never of a value: the plan has
+    none). A re-encrypted value is a new version; a secret set only at deploy time has none."""
+    config = (yaml.safe_load(stack_file.read_bytes().decode("utf-8")) or {}).get("config") or {}
+    versions = {}
+    for key, value in config.items():
+        namespace, _, name = str(key).partition(":")
+        if namespace == NAMESPACE and isinstance(value, dict) and set(value) == {"secure"}:
+            versions[name] = "v:" + _sha(f"gpuhosts-secret-version\0{name}\0{value['secure']}")
+    return versions
+
+
 def check_out(out: Path) -> None:
     """`--out` is replaced whole, so it must be a folder a plan wrote (its marker says so), empty, or absent."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
@@ -249,6 +261,7 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(file.content)
             target.chmod(int(file.mode, 8))
+        versions = secret_versions(stack_file)
         for index, unit in enumerate(graph.apply_order, start=1):
             folder = host_dir / "commands" / unit.key
             folder.mkdir(parents=True)
@@ -263,6 +276,11 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
                 "desired": unit.desired,
                 # Which secret travels on stdin, by name; its value is never in the plan.
                 "stdin": f"[secret {NAMESPACE}:{unit.stdin_secret}]" if unit.stdin_secret else None,
+                # A keyed digest of the secret's encrypted stack-file value: a rotation shows, the value never does.
+                "stdinVersion": versions.get(unit.stdin_secret) if unit.stdin_secret else None,
+                "undoes": unit.undoes,
+                "effects": {"rebootOn": list(unit.reboot_on), "restartsContainer": unit.restarts,
+                            "restartAllowed": unit.restart_allowed},
             })
         _dump(host_dir / "graph.json", {"waves": graph.waves(), "teardownOrder": [u.key for u in graph.teardown_order]})
 

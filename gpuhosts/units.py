@@ -45,6 +45,14 @@ class Unit:
     stdin_secret: str | None = None
     # vmid of the container the files are installed in; None for the host itself.
     container: int | None = None
+    # What the teardown undoes, in a reviewer's words with the GPUs, slots and vmids it concerns: `gpuhosts diff`
+    # warns with it when the unit goes away, so the words come from the plan that knows them.
+    undoes: str = ""
+    # Desired facts (files are "file PATH" facts) whose change only takes effect after a host reboot.
+    reboot_on: tuple[str, ...] = ()
+    # The container a change of this unit restarts (devN or mpN entries), and whether allowRestart lets it.
+    restarts: int | None = None
+    restart_allowed: bool = False
 
     def __post_init__(self) -> None:
         if not UNIT_KEY.match(self.key):

@@ -33,4 +33,5 @@ def plan_container_userspace(config: StackConfig, container: ContainerConfig, ne
         probe=render_probe(unit, host_facts, vmid=container.vmid, container_facts=container_facts),
         desired=desired(host_facts + container_facts),
         needs=needs,
+        undoes=f"NVIDIA user space {version} uninstalled from CT {container.vmid} (only if gpuhosts installed it)",
     )

@@ -62,4 +62,5 @@ def plan_deploy_gate(service: ServiceConfig, service_step: Unit) -> Unit:
                 ensure=in_container(unit, service.container, render("container_services/gate.sh.j2", **values)),
                 teardown=render("container_services/gate-teardown.sh.j2", unit=unit),
                 probe=render_probe(unit, []),
-                needs=(service_step.key,))
+                needs=(service_step.key,),
+                undoes=f"nothing: the gate of {service.name} only measures")

@@ -26,4 +26,5 @@ def plan_host_reboot(config: StackConfig, needs: tuple[str, ...]) -> Unit:
         probe=render_probe(UNIT, facts),
         desired=desired(facts),
         needs=needs,
+        undoes="nothing: the host is no longer rebooted by gpuhosts (allowReboot off)",
     )

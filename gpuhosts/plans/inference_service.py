@@ -127,4 +127,7 @@ def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tu
         files=tuple(installed),
         stdin_secret=secret,
         container=service.container,
+        undoes=(f"service {service.name} ({service.unit_name}) stopped and removed from CT {service.container}"
+                + (f", its key file {environment_file(service)} deleted" if secret else "")
+                + "; weights and environment kept by their own units"),
     )

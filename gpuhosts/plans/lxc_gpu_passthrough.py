@@ -38,6 +38,7 @@ def plan_uvm_at_boot(config: StackConfig, needs: tuple[str, ...]) -> Unit:
         desired=desired(facts),
         needs=needs,
         files=(unit_file,),
+        undoes=f"{UVM_UNIT} disabled and removed: /dev/nvidia-uvm and the GPU nodes are no longer made at boot",
     )
 
 
@@ -67,4 +68,9 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig, need
         probe=render_probe(unit, facts, prelude=prelude),
         desired=desired(facts),
         needs=needs,
+        undoes=(f"devN entries gpuhosts added removed from CT {container.vmid} ({container.hostname}): GPUs "
+                f"{', '.join(gpu.address for gpu in config.container_gpus(container.vmid))}, "
+                f"{', '.join(CONTROL_NODES)}; the container loses them at its next restart"),
+        restarts=container.vmid,
+        restart_allowed=container.allow_restart,
     )

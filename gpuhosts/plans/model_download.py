@@ -107,6 +107,8 @@ def download_slug(download: Download) -> str:
 def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, ...]) -> Unit:
     spec = download.spec
     unit = (f"ct{vmid}-" if vmid is not None else "") + f"model-{download_slug(download)}"
+    where = ("the host's model store" if download.host_path is not None else
+             f"CT {vmid}" if vmid is not None else "the node")
     if download.host_path is not None:
         vmid = None  # on the host's model store, from the host's side
     venv = f"{DOWNLOAD_TOOLS}/venv"
@@ -136,6 +138,9 @@ def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, 
         stdin_secret=secret,
         files=(lock,),
         container=vmid,
+        undoes=(f"weights of {spec.repo} in {download.directory} on {where} "
+                + ("deleted (deleteOnDestroy)" if spec.delete_on_destroy else "kept (deleteOnDestroy is false)")
+                + "; the download tools removed with the last download"),
     )
 
 
@@ -166,4 +171,8 @@ def plan_model_store(container: ContainerConfig, needs: tuple[str, ...]) -> Unit
         probe=probe_in(unit, None, facts, prelude=render("container_services/model-store-probe.sh.j2", **values)),
         desired=desired(facts),
         needs=needs,
+        undoes=(f"mount point of {store.host_path} removed from CT {container.vmid} (at its next restart); "
+                f"{store.host_path} and the weights in it kept on the host"),
+        restarts=container.vmid,
+        restart_allowed=container.allow_restart,
     )

@@ -56,4 +56,9 @@ def plan_nvidia_driver(config: StackConfig, needs: tuple[str, ...]) -> Unit:
         desired=desired(facts),
         needs=needs,
         files=tuple(files.values()),
+        undoes=(f"NVIDIA driver {config.nvidia.version} uninstalled (only if gpuhosts installed it) from "
+                f"{', '.join(f'{gpu.model} {gpu.address}' for gpu in config.nvidia_gpus)}; "
+                f"{PERSISTENCED_UNIT} and the nouveau blacklist removed; a reboot finishes it"),
+        # A new module or module type loads only at boot; the nouveau blacklist acts from the rebuilt initramfs.
+        reboot_on=("loaded module", "loaded module type", f"file {files['nouveau_blacklist'].path}"),
     )

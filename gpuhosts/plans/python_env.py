@@ -136,6 +136,8 @@ def plan_env(unit: str, env: EnvSpec, vmid: int | None, needs: tuple[str, ...], 
         needs=needs,
         files=(lock,),
         container=vmid,
+        undoes=(f"uv environment {env.venv} ({env.requirement}) removed from "
+                f"{f'CT {vmid}' if vmid is not None else 'the node'}; uv too when no environment uses it"),
     )
 
 

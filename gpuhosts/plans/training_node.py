@@ -62,14 +62,16 @@ class TrainingPlan:
     invocations: tuple[speculators_driver.Invocation, ...] = ()
 
 def _service_unit(key: str, kind: str, unit_name: str, files: list[HostFile], ensure: str, teardown: str,
-                  needs: tuple[str, ...], stdin_secret: str | None = None) -> Unit:
+                  needs: tuple[str, ...], stdin_secret: str | None = None, keeps: str = "") -> Unit:
     facts = [*files_facts(files), systemd_fact(unit_name)]
     return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, facts),
-                desired=desired(facts), needs=needs, files=tuple(files), stdin_secret=stdin_secret)
+                desired=desired(facts), needs=needs, files=tuple(files), stdin_secret=stdin_secret,
+                undoes=f"{unit_name} stopped and removed with its {len(files)} file(s); {keeps}")
 
 def _check_unit(key: str, kind: str, ensure: str, teardown: str, needs: tuple[str, ...]) -> Unit:
     # A check only measures: nothing of its own on the node can drift.
-    return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, []), needs=needs)
+    return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, []), needs=needs,
+                undoes="nothing: it only checks")
 
 def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     node, training = stack.node, stack.training
@@ -117,7 +119,10 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                    teardown=render("training_node/dataset-teardown.sh.j2", unit=dataset_key,
                                    dataset=training.dataset, target=dataset_dir),
                    probe=render_probe(dataset_key, dataset_facts, prelude=render("training_node/dataset-probe.sh.j2")),
-                   desired=desired(dataset_facts), needs=("preflight",))
+                   desired=desired(dataset_facts), needs=("preflight",),
+                   undoes=f"data set {training.dataset.name} in {dataset_dir} "
+                   + ("deleted (dataset.deleteOnDestroy)" if training.dataset.delete_on_destroy else
+                      "kept (dataset.deleteOnDestroy is false)"))
 
     storage = node.storage
     need_gb = int((training.verifier.size_gb or verifier_facts.size_gb or 60)
@@ -156,7 +161,9 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                         delete=training.drafter.delete_on_destroy),
         probe=render_probe("drafter-convert", convert_facts), desired=desired(convert_facts),
         needs=("env-speculators", download_steps["verifier"].key, download_steps["drafter"].key),
-        files=(drafter_check_script,))
+        files=(drafter_check_script,),
+        undoes=f"check script {DRAFTER_CHECK_SCRIPT} removed; converted drafter {converted_dir} "
+        + ("deleted (drafter.deleteOnDestroy)" if training.drafter.delete_on_destroy else "kept"))
 
     # --- the hidden-state server --------------------------------------------------------------------------------
     server = training.server
@@ -190,7 +197,8 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         render("training_node/unit-teardown.sh.j2", unit="hidden-state-server", unit_name=SERVER_UNIT,
                keeps="the hidden states it cached are the training's to delete.",
                remove=[server_unit.path, check_script.path], delete_dirs=[]),
-        ("env-vllm", "env-speculators", download_steps["verifier"].key))
+        ("env-vllm", "env-speculators", download_steps["verifier"].key),
+        keeps=f"hidden states in {states_dir} kept; verifier weights kept by their own unit")
 
     probe = dict(server_url=server_url, states_dir=states_dir, ready_timeout_s=READY_TIMEOUT_S,
                  write_timeout_s=WRITE_TIMEOUT_S,
@@ -243,7 +251,8 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
                remove=[job_unit.path, script.path], delete_dirs=delete_dirs,
                empty_dirs=[script_path.rsplit("/", 1)[0], SERVICE_ROOT]),
-        (check.key, dataset.key, convert_step.key, "env-speculators"))
+        (check.key, dataset.key, convert_step.key, "env-speculators"),
+        keeps=f"checkpoints in {save} " + ("deleted (deleteCheckpointsOnDestroy)" if delete_dirs else "kept"))
 
     # --- the monitor ------------------------------------------------------------------------------------------
     monitor = training.monitor
@@ -270,7 +279,8 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                                                           *([token_file] if token_file else [])],
                delete_dirs=[], empty_dirs=["/etc/gpuhosts"]),
         # The monitor only reads the training's log and checkpoints: it waits for its environment alone.
-        ("env-monitor",), stdin_secret=monitor.token_secret)
+        ("env-monitor",), stdin_secret=monitor.token_secret,
+        keeps="it only reads the training: logs and checkpoints untouched")
 
     summary = {
         "driver": node.driver_version,

@@ -62,4 +62,15 @@ def plan_vfio_binding(config: StackConfig) -> Unit:
         probe=render_probe(UNIT, facts, prelude=render("vfio_binding/probe-helpers.sh.j2", **values)),
         desired=desired(facts),
         files=tuple(files.values()),
+        undoes=vfio_undoes(config),
+        # The modprobe and initramfs files act when the initramfs loads vfio-pci, the arguments at boot.
+        reboot_on=tuple(f.name for f in facts if f.name.startswith(("file ", "kernel argument "))),
     )
+
+
+def vfio_undoes(config: StackConfig) -> str:
+    gpus = ", ".join(f"{gpu.model} {gpu.address}" for gpu in config.gpus_for(GpuUse.VFIO)) or "no GPU"
+    args = " ".join(config.host.kernel_args)
+    return (f"{gpus} returned from vfio-pci to the driver each had before (nvidia where it is installed); "
+            f"gpuhosts' vfio modprobe, modules-load and initramfs files removed and the initramfs rebuilt; "
+            f"kernel arguments gpuhosts added ({args or 'none'}) removed; a reboot finishes it")
