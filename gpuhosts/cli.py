@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+from gpuhosts import check as live_check
+from gpuhosts import diff
 from gpuhosts.config import ConfigError
 from gpuhosts.plan import PlanError, write_plan
 from gpuhosts.render import PROJECT_ROOT, TemplateError
@@ -24,7 +26,17 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("stack", help="stack name, e.g. kpro5")
     plan.add_argument("--stack-file", type=Path, help="stack config file (default: stacks/Pulumi.STACK.yaml)")
     plan.add_argument("--out", type=Path, help="output folder (default: build/plan/STACK)")
+    # `diff` reads its own arguments: its exit codes keep 2 for "changes", so its usage errors exit 1.
+    commands.add_parser("diff", add_help=False, help="review a change: two plans, or stacks against --base GIT_REF "
+                        "(exit 0 no change, 2 changes, 1 error)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["diff"]:
+        return diff.main(argv[1:], STACK_NAME)
+    # `gpuhosts check STACK`: the units' probes on the live host, drift reported (gpuhosts/check.py).
+    live_check.add_subparser(commands)
     args = parser.parse_args(argv)
+    if args.command == "check":
+        return live_check.run(args, STACK_NAME)
 
     if not STACK_NAME.match(args.stack):
         print(f"gpuhosts plan: {args.stack!r} is not a stack name (letters, digits, '-', '_', '.'; as `pulumi stack "

@@ -33,13 +33,15 @@ from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateRes
 
 from gpuhosts import protocol
 from gpuhosts.render import render
-from gpuhosts.ssh import ConnectionDropped, Pool, SshError, Target, Unreachable
+from gpuhosts.ssh import Completed, Connection, ConnectionDropped, Pool, SshError, Target, Unreachable
 
 NAMESPACE = "gpuhosts"
 SSH_KEY = f"{NAMESPACE}:sshPrivateKey"
 INPUT_KEYS = ("host", "unit", "kind", "ensure", "teardown", "probe", "facts", "secret")
 # The probe names an observation (a fact no plan can know) with this prefix; it becomes the output `observed`.
 OBSERVATION = "observed: "
+# What a refresh stores for a declared fact the probe did not print.
+NOT_REPORTED = "not reported"
 # After a reboot the host is dialled again until another boot id answers.
 REBOOT_SETTLE_S = 20.0
 REBOOT_WAIT_S = 900.0
@@ -68,6 +70,45 @@ def unit_inputs(unit, target: dict[str, Any], secret_digest_value: Any = None) -
     }
 
 
+def run_operation(connection: Connection, props: dict[str, Any], operation: str, resource_id: str | None = None,
+                  stdin: bytes = b"") -> Completed:
+    """One operation of a unit on the host, through the command that keeps its ownership record; SshError when
+    the host cannot be reached or the connection drops."""
+    command = lambda path: render("common/run.sh.j2", path=path, unit=props["unit"], operation=operation,
+                                  owner=resource_id or "")
+    return connection.run_script(props[operation], command, stdin)
+
+
+def probe(connection: Connection, props: dict[str, Any], failure=None) -> dict[str, Any]:
+    """The facts a unit's probe observes on the host: what a refresh reads, and `gpuhosts check` too. UnitFailed
+    when the probe fails (`failure` words the message), SshError when the host cannot be reached."""
+    started = time.monotonic()
+    completed = run_operation(connection, props, "probe")
+    _log(f"gpuhosts-unit: {props['unit']} probe status={completed.status} seconds={time.monotonic() - started:.2f}")
+    if completed.status != 0:
+        raise UnitFailed((failure or _plain_failure)(props, "probe", completed))
+    try:
+        return protocol.parse_facts(completed.stdout)
+    except protocol.ProtocolError as error:
+        raise UnitFailed(f"{props['unit']}: probe: {error}\n{protocol.tail(completed.stdout + completed.stderr)}")
+
+
+def refreshed_facts(declared: dict[str, Any], observed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The observed facts as a refresh stores them, and the observations apart. Facts the plan declares are
+    compared; the rest (minors, dynamic majors) are observations only, never drift."""
+    facts = {name: observed.get(name, NOT_REPORTED) for name in declared}
+    facts.update({name: value for name, value in observed.items() if name not in declared and
+                  not name.startswith(OBSERVATION)})
+    observations = {name[len(OBSERVATION):]: value for name, value in observed.items()
+                    if name.startswith(OBSERVATION)}
+    return facts, observations
+
+
+def _plain_failure(props: dict[str, Any], operation: str, completed: Completed) -> str:
+    text = protocol.tail(completed.stdout + completed.stderr)
+    return f"{props['unit']}: {operation} exited with status {completed.status}:\n{text}"
+
+
 _POOL = Pool()
 
 
@@ -93,14 +134,7 @@ class HostUnitProvider(ResourceProvider):
         self._apply(resource_id, props, "teardown")
 
     def read(self, resource_id: str, props: dict[str, Any]) -> ReadResult:
-        observed = self.observe(props)
-        # Facts the plan declares are compared; the rest (minors, dynamic majors) are observations only.
-        declared = props.get("facts") or {}
-        facts = {name: observed.get(name, "not reported") for name in declared}
-        facts.update({name: value for name, value in observed.items() if name not in declared and
-                      not name.startswith(OBSERVATION)})
-        observations = {name[len(OBSERVATION):]: value for name, value in observed.items()
-                        if name.startswith(OBSERVATION)}
+        facts, observations = refreshed_facts(props.get("facts") or {}, self.observe(props))
         inputs = {key: props.get(key) for key in INPUT_KEYS}
         inputs["facts"] = facts
         inputs.update(rebootRequired=None, report=None)
@@ -109,15 +143,11 @@ class HostUnitProvider(ResourceProvider):
 
     # --- the work ---------------------------------------------------------------------------------------------
     def observe(self, props: dict[str, Any]) -> dict[str, Any]:
-        started = time.monotonic()
-        completed = self._run(props, "probe", None)
-        _log(f"gpuhosts-unit: {props['unit']} probe status={completed.status} seconds={time.monotonic() - started:.2f}")
-        if completed.status != 0:
-            raise UnitFailed(self._failure(props, "probe", completed))
+        connection = self._connection(props)
         try:
-            return protocol.parse_facts(completed.stdout)
-        except protocol.ProtocolError as error:
-            raise UnitFailed(f"{props['unit']}: probe: {error}\n{protocol.tail(completed.stdout + completed.stderr)}")
+            return probe(connection, props, self._failure)
+        except SshError as error:
+            raise self._unreachable(props, "probe", error) from None
 
     def _apply(self, resource_id: str, props: dict[str, Any], operation: str) -> protocol.Result:
         started = time.monotonic()
@@ -147,18 +177,21 @@ class HostUnitProvider(ResourceProvider):
                 raise UnitFailed(f"{props['unit']}: {NAMESPACE}:{secret['name']} is not set; "
                                  f"pulumi config set --secret {NAMESPACE}:{secret['name']}")
             stdin = (value + "\n").encode()
-        script = props[operation]
-        command = lambda path: render("common/run.sh.j2", path=path, unit=props["unit"], operation=operation,
-                                      owner=resource_id or "")
         try:
-            return connection.run_script(script, command, stdin)
-        except ConnectionDropped as error:
-            raise UnitFailed(f"{props['unit']}: {operation}: the connection dropped mid-command ({error}); "
-                             "run `pulumi up` again: every unit converges from where it stopped") from None
-        except Unreachable as error:
-            raise UnitFailed(f"{props['unit']}: {operation}: {error}. If the host is down, `pulumi preview "
-                             "--refresh=false` still plans; a host gone for good: `pulumi destroy "
-                             "--continue-on-error`, then `pulumi stack rm`") from None
+            return run_operation(connection, props, operation, resource_id, stdin)
+        except SshError as error:
+            raise self._unreachable(props, operation, error) from None
+
+    @staticmethod
+    def _unreachable(props: dict[str, Any], operation: str, error: SshError) -> Exception:
+        if isinstance(error, ConnectionDropped):
+            return UnitFailed(f"{props['unit']}: {operation}: the connection dropped mid-command ({error}); "
+                              "run `pulumi up` again: every unit converges from where it stopped")
+        if isinstance(error, Unreachable):
+            return UnitFailed(f"{props['unit']}: {operation}: {error}. If the host is down, `pulumi preview "
+                              "--refresh=false` still plans; a host gone for good: `pulumi destroy "
+                              "--continue-on-error`, then `pulumi stack rm`")
+        return error
 
     def _connection(self, props: dict[str, Any]):
         key = _config_value("sshPrivateKey")
