@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpuhosts.config import NAMESPACE
 from gpuhosts.plan import PLAN_MARKER, SCRIPTS, secret_versions
 from gpuhosts.render import PROJECT_ROOT
@@ -579,7 +581,8 @@ def _stack_secrets(checkout: Path, stack: str) -> dict[str, str]:
     path = checkout / "stacks" / f"Pulumi.{stack}.yaml"
     try:
         return secret_versions(path) if path.is_file() else {}
-    except Exception:  # an unreadable stack file is the plan's error to name; it has run by now
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        # An unreadable stack file is the plan's error to name, and the plan of this side has run already.
         return {}
 
 
