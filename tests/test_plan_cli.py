@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gpuhosts.plan import SECRET_PLACEHOLDER
@@ -184,3 +185,13 @@ def test_each_unit_folder_holds_its_scripts_the_resources_name_by_digest(tmp_pat
     assert graph["teardownOrder"] == sorted(resources, key=lambda n: -json.loads(
         (host / "commands" / n / "unit.json").read_text())["applyOrder"])
     assert [key for wave in graph["waves"] for key in wave] == list(reversed(graph["teardownOrder"]))
+
+
+@pytest.mark.parametrize("stack", sorted(p.name.split(".")[1] for p in (PROJECT / "stacks").glob("Pulumi.*.yaml")))
+def test_every_committed_stack_plans_offline_and_names_its_unset_secrets(stack, tmp_path):
+    result = plan(stack, "--out", str(tmp_path / stack))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / stack / "summary.json").read_text())
+    assert any(w.startswith("gpuhosts:sshPrivateKey is not set in the stack file") for w in summary["warnings"])
+    graph = json.loads(next((tmp_path / stack / "hosts").glob("*/graph.json")).read_text())
+    assert sorted(graph["teardownOrder"]) == sorted(unit for wave in graph["waves"] for unit in wave)

@@ -11,7 +11,7 @@ from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, trainer_values, PROJECT, kpro5_values
 from gpuhosts.stacks import validate_stack
-from gpuhosts.plan import HOST_UNIT_TYPE, SECRET, SECRET_PLACEHOLDER, run_program
+from gpuhosts.plan import HOST_UNIT_TYPE, SECRET, SECRET_PLACEHOLDER, read_stack_file, run_program
 from gpuhosts.provider import secret_digest
 from gpuhosts.stacks import validate_trainer_stack
 
@@ -227,3 +227,37 @@ def test_an_unknown_gpuhosts_key_stops_the_program():
     values = {**kpro5_values(), "service": [{"name": "x"}]}
     with pytest.raises(pulumi.RunError, match=r"gpuhosts:service: is not a gpuhosts setting; did you mean gpuhosts:services\?"):
         run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)
+
+
+# Every committed stack, with the secrets `pulumi config set --secret` gives it: (kind, secrets).
+COMMITTED_STACKS = {
+    "kpro5": ("proxmox", KPRO5_SECRETS),
+    "kpro6": ("proxmox", frozenset({"sshPrivateKey", "llmApiKey"})),
+    "trainer": ("trainer", TRAINER_SECRETS),
+}
+
+
+def test_the_table_names_every_stack_file():
+    assert sorted(p.name for p in (PROJECT / "stacks").glob("Pulumi.*.yaml")) == sorted(
+        f"Pulumi.{stack}.yaml" for stack in COMMITTED_STACKS)
+
+
+@pytest.mark.parametrize("stack", sorted(COMMITTED_STACKS))
+def test_every_committed_stack_runs_under_mocks_one_resource_per_planned_unit(stack):
+    kind, secrets = COMMITTED_STACKS[stack]
+    values, _secure = read_stack_file(PROJECT / "stacks" / f"Pulumi.{stack}.yaml")
+    run = run_program(PROJECT, stack, values, secrets)
+    if kind == "proxmox":
+        graph = plan_host(validate_stack(values, secrets))
+        name, type_ = values["host"]["name"], "gpuhosts:host:ProxmoxHost"
+    else:
+        graph = plan_training_node(validate_trainer_stack(values, secrets)).graph
+        name, type_ = values["node"]["name"], "gpuhosts:training:TrainingNode"
+    component = by_name(run, name, type_)
+    assert component.parent.endswith(f"pulumi:pulumi:Stack::gpuhosts-{stack}"), component.urn
+    units = host_units(run)
+    assert sorted(units) == sorted(unit.key for unit in graph.apply_order)
+    for unit in graph.apply_order:
+        resource = units[unit.key]
+        assert resource.parent == component.urn and resource.inputs["facts"] == unit.desired, resource.urn
+        assert resource.dependencies == sorted(units[need].urn for need in unit.needs), resource.urn
