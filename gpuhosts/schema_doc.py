@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 import typing
 from enum import Enum
-from pathlib import Path
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
