@@ -51,6 +51,16 @@ class ModelRow(_Row):
     sliding_window: bool | None = None
 
 
+class DatasetRow(_Row):
+    """A row of `datasets`: how many rows a split of a Hugging Face dataset has, and where that figure is read."""
+
+    repo: str
+    split: str = "train"
+    subset: str | None = None
+    rows: int
+    source: str
+
+
 class TrainingRule(Rule):
     """A row of `trainingRules`: a check over a training node's settings."""
 
@@ -108,6 +118,7 @@ class RuleFile(_Row):
     newest: dict[str, str] = {}
     rules: tuple[Rule, ...]
     training_rules: tuple[TrainingRule, ...] = ()
+    datasets: tuple[DatasetRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,14 @@ def model_facts(repo: str, rules: RuleFile | None = None) -> ModelFacts:
     return ModelFacts(family=merged.get("family"), gdn_hybrid=bool(merged.get("gdn_hybrid")),
                       num_layers=merged.get("num_layers"), sliding_window=merged.get("sliding_window"),
                       size_gb=merged.get("size_gb"))
+
+
+def dataset_rows(repo: str, split: str, subset: str | None = None, rules: RuleFile | None = None) -> DatasetRow | None:
+    """The known size of one split of a dataset (None: not in the table)."""
+    for row in (rules or load_rule_file()).datasets:
+        if (row.repo, row.split, row.subset) == (repo, split, subset):
+            return row
+    return None
 
 
 def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> EngineFacts:

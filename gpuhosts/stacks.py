@@ -39,6 +39,7 @@ from gpuhosts.training import (
     TrainerStack,
     TrainingConfig,
     _training_problems,
+    mix_warnings,
     drafter_config_problems,
     referenced_training_secrets,
 )
@@ -138,11 +139,12 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
     if node.ssh.insecure_ignore_host_key:
         warnings.append(f"{NAMESPACE}:node.ssh.insecureIgnoreHostKey is true: the node's identity is not checked")
     warnings += ssh_placeholders("node", node.ssh)
-    if placeholder_url(training.dataset.source):
+    if training.dataset.source is not None and placeholder_url(training.dataset.source):
         warnings.append(f"{NAMESPACE}:training.dataset.source {training.dataset.source} is on a placeholder domain; "
                         "put in where the tokenized data set is served, and its manifestSha256")
-    if placeholder_digest(training.dataset.manifest_sha256):
+    if training.dataset.manifest_sha256 is not None and placeholder_digest(training.dataset.manifest_sha256):
         warnings.append(f"{NAMESPACE}:training.dataset.manifestSha256 is a placeholder; put in `sha256sum SHA256SUMS`")
+    warnings += mix_warnings(training.dataset)
     for field, spec in (("training.verifier", training.verifier), ("training.drafter", training.drafter)):
         if model_facts(spec.repo).num_layers is None and spec.num_layers is None:
             warnings.append(f"{NAMESPACE}:{field}.repo {spec.repo} is not in the known-models table: its layer count "

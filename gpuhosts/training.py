@@ -15,8 +15,10 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from gpuhosts.compat_data import dataset_rows
 from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, Problem, SshConfig, _Model
-from gpuhosts.fields import below, ip_address, safe_directory
+from gpuhosts.fields import HF_REPO, below, ip_address, safe_directory
+from gpuhosts.plans.dataset_prepare import CONVERTERS
 from gpuhosts.plans.drafter_config import compare_declared, parse_drafter_config, target_layer_ids
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
 from gpuhosts_monitor.bind import is_loopback
@@ -92,29 +94,170 @@ class HyperParameters(_Model):
     extra_args: tuple[str, ...] = Field((), description="More train.py flags, appended.")
 
 
+# A dataset source is pinned by a full commit: a branch or tag moves, and the same config would then mix other rows.
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# The documented stand-in for a commit not yet looked up: planned with a warning, refused by nothing else.
+PLACEHOLDER_COMMIT = "0" * 40
+# How the seed's tool-calling share is counted: the sources converted as function-calling data.
+TOOL_CONVERTERS = ("glaive-function-calling", "tool-calls")
+
+
+class DatasetSource(_Model):
+    repo: str = Field(description="Hugging Face dataset repository, e.g. Open-Orca/OpenOrca.")
+    revision: str = Field(description="Full 40-hex commit of the dataset repository (its History on the Hub); "
+                                      f"{PLACEHOLDER_COMMIT[:8]}… (40 zeros) marks one still to look up and is "
+                                      "warned about.")
+    split: str = Field("train", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Split to take rows from. Default train.")
+    subset: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+                               description="Configuration (subset) of the dataset, where it has several.")
+    data_files: tuple[str, ...] = Field((), description="Files of the repository to read instead of the split's "
+                                                       "(relative paths, shell patterns allowed).")
+    count: int = Field(description="Rows taken from this source (after a shuffle seeded by dataset.seed).")
+    converter: str = Field(description="How a row of this source becomes a conversation: "
+                                       + ", ".join(CONVERTERS) + ".")
+    gated: bool = Field(False, description="The dataset is gated: downloaded with gpuhosts:hfToken. Default false.")
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        if not HF_REPO.match(value):
+            raise ValueError(f"{value!r} is not a Hugging Face repository; use owner/name, e.g. Open-Orca/OpenOrca")
+        return value
+
+    @field_validator("revision", mode="before")
+    @classmethod
+    def _revision(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not COMMIT.match(value):
+            raise ValueError(f"{value!r} is not a full commit; pin the 40-hex commit from the dataset's History on "
+                             "the Hub (a branch or tag moves and the mix would change under the same config)")
+        return value
+
+    @field_validator("data_files")
+    @classmethod
+    def _files(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            if not path or path.startswith("/") or ".." in path.split("/") or not re.match(r"^[A-Za-z0-9_.*?/=-]+$", path):
+                raise ValueError(f"{path!r} is not a relative path inside the repository (letters, digits, _ . - / "
+                                 "= and the patterns * ?)")
+        return value
+
+    @field_validator("count", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{value!r} is not a positive number of rows; give how many rows to take, at least 1")
+        return value
+
+    @field_validator("converter")
+    @classmethod
+    def _converter(cls, value: str) -> str:
+        if value not in CONVERTERS:
+            raise ValueError(f"{value!r} is not a converter; known: {', '.join(CONVERTERS)}")
+        return value
+
+    @property
+    def name(self) -> str:
+        return f"{self.repo}@{self.revision}:{self.split}"
+
+    @property
+    def identity(self) -> tuple:
+        return (self.repo, self.revision, self.subset, self.split, tuple(sorted(self.data_files)))
+
+
 class DatasetSpec(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,39}$", description="Directory name under <storage>/data "
                                                                       "(at most 40 characters).")
-    source: str = Field(description="URL of a directory holding the tokenized data set and its SHA256SUMS manifest "
-                                    "(https://…/ or file:///…/, with the trailing slash).")
-    manifest_sha256: str = Field(description="sha256 of that SHA256SUMS file: it pins every file it lists.")
-    samples: int = Field(ge=1, description="Samples in the data set (for the plan and the monitor's ETA).")
+    source: str | None = Field(None, description="URL of a directory holding a pre-made tokenized data set and its "
+                                                 "SHA256SUMS manifest (https://…/ or file:///…/, with the trailing "
+                                                 "slash). Either source or mix.")
+    manifest_sha256: str | None = Field(None, description="sha256 of that SHA256SUMS file: it pins every file it "
+                                                          "lists. Required with source.")
+    mix: tuple[DatasetSource, ...] | None = Field(None, description="Sources the node downloads, converts, mixes and "
+                                                                    "tokenizes itself. Either mix or source.")
+    seed: int | None = Field(None, ge=0, description="Seed of the mix's shuffles: the same sources and seed give the "
+                                                     "same data set. Required with mix.")
+    samples: int = Field(ge=1, description="Samples in the data set (for the plan and the monitor's ETA); with mix, "
+                                           "the sum of its counts.")
     size_gb: float = Field(gt=0, description="Size on disk, for the pre-flight disk check.")
     delete_on_destroy: bool = Field(False, description="Delete the staged data on destroy. Default false: kept.")
 
     @field_validator("source")
     @classmethod
-    def _source(cls, value: str) -> str:
-        if not SOURCE.match(value):
+    def _source(cls, value: str | None) -> str | None:
+        if value is not None and not SOURCE.match(value):
             raise ValueError(f"{value!r} must be an https:// or file:/// URL of a directory, ending in /")
         return value
 
     @field_validator("manifest_sha256")
     @classmethod
-    def _sha(cls, value: str) -> str:
-        if not SHA256.match(value):
+    def _sha(cls, value: str | None) -> str | None:
+        if value is not None and not SHA256.match(value):
             raise ValueError("must be 64 lower-case hex digits (sha256sum SHA256SUMS)")
         return value
+
+    @field_validator("mix")
+    @classmethod
+    def _mix(cls, value: tuple[DatasetSource, ...] | None) -> tuple[DatasetSource, ...] | None:
+        if value is not None and not value:
+            raise ValueError("lists no source; declare at least one, or use source for a pre-made data set")
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "DatasetSpec":
+        if self.source is not None and self.mix is not None:
+            raise ValueError("training.dataset.source and training.dataset.mix are both set; declare either a "
+                             "pre-made data set (source, manifestSha256) or a mix the node prepares (mix, seed)")
+        if self.source is None and self.mix is None:
+            raise ValueError("declares neither training.dataset.source nor training.dataset.mix; give one")
+        if self.source is not None and self.manifest_sha256 is None:
+            raise ValueError("training.dataset.manifestSha256 is required with source: `sha256sum SHA256SUMS`")
+        if self.mix is not None and self.seed is None:
+            raise ValueError("training.dataset.seed is required with mix: give an integer, e.g. seed: 0, so that "
+                             "the mix can be made again")
+        return self
+
+    @property
+    def tool_calling_samples(self) -> int:
+        return sum(s.count for s in self.mix or () if s.converter in TOOL_CONVERTERS)
+
+
+def mix_problems(dataset: DatasetSpec) -> list[Problem]:
+    """Rules across the sources of a mix: each once, no more rows than a source has, samples = the counts' sum."""
+    problems: list[Problem] = []
+    if dataset.mix is None:
+        return problems
+    seen: dict[tuple, int] = {}
+    for index, source in enumerate(dataset.mix):
+        field = f"{NAMESPACE}:training.dataset.mix[{index}]"
+        if source.identity in seen:
+            problems.append(Problem(path=f"{field}.repo", message=(
+                f"{source.name} is already mix[{seen[source.identity]}] (same repo, revision, subset, split and "
+                "files); give each source once and add up their counts")))
+            continue
+        seen[source.identity] = index
+        known = dataset_rows(source.repo, source.split, source.subset)
+        if known is not None and source.count > known.rows:
+            problems.append(Problem(path=f"{field}.count", message=(
+                f"{source.count} rows asked, but {source.repo} split {source.split} has {known.rows} "
+                f"({known.source}); lower the count")))
+    total = sum(s.count for s in dataset.mix)
+    if total != dataset.samples:
+        problems.append(Problem(path=f"{NAMESPACE}:training.dataset.samples", message=(
+            f"{dataset.samples}, but the mix's counts add up to {total}; make samples the sum of the counts")))
+    return problems
+
+
+def mix_warnings(dataset: DatasetSpec) -> list[str]:
+    warnings: list[str] = []
+    for index, source in enumerate(dataset.mix or ()):
+        field = f"{NAMESPACE}:training.dataset.mix[{index}]"
+        if source.revision == PLACEHOLDER_COMMIT:
+            warnings.append(f"{field}.revision is the placeholder commit (40 zeros); pin the commit of {source.repo} "
+                            "from its History on the Hub before the first `pulumi up`")
+        if dataset_rows(source.repo, source.split, source.subset) is None:
+            warnings.append(f"{field}.repo {source.repo} split {source.split} is not in the known dataset sizes "
+                            "(gpuhosts/compat-rules.yaml `datasets`): its count is checked only on the node")
+    return warnings
 
 
 class MonitorSpec(_Model):
@@ -137,7 +280,8 @@ class TrainingConfig(_Model):
     server: ServerSpec = Field(ServerSpec(), description="The hidden-state server.")
     training_gpus: tuple[int, ...] = Field((4, 5, 6, 7), description="GPU indexes of torchrun. Default 4-7.")
     hyper: HyperParameters = Field(description="Training hyper-parameters of train.py.")
-    dataset: DatasetSpec = Field(description="The tokenized data set, pinned by its manifest.")
+    dataset: DatasetSpec = Field(description="The training data: a pre-made tokenized set pinned by its manifest, "
+                                             "or a mix of Hugging Face datasets the node prepares.")
     checkpoints: str | None = Field(None, description="Checkpoint directory. Default <storage>/checkpoints/<drafter name>.")
     checkpoints_reserve_gb: float = Field(200, gt=0, description="Disk kept free for checkpoints. Default 200.")
     delete_checkpoints_on_destroy: bool = Field(False, description="Delete checkpoints on destroy. Default false: kept.")
@@ -223,6 +367,11 @@ def _training_problems(node: NodeConfig, training: TrainingConfig, secret_keys: 
     if monitor.port == training.server.port:
         add("training.monitor.port", f"{monitor.port} is the hidden-state server's port too; give each its own port")
     problems += _path_problems(node, training)
+    gated = [i for i, s in enumerate(training.dataset.mix or ()) if s.gated]
+    if gated and "hfToken" not in secret_keys:
+        add(f"training.dataset.mix[{gated[0]}].gated", f"{training.dataset.mix[gated[0]].repo} is gated and "
+            f"{NAMESPACE}:hfToken is not set; `pulumi config set --secret {NAMESPACE}:hfToken`")
+    problems += mix_problems(training.dataset)
     if training.server.max_model_len < training.hyper.max_seq_len:
         add("training.server.maxModelLen", f"{training.server.max_model_len} is shorter than hyper.maxSeqLen "
             f"{training.hyper.max_seq_len}; the server could not extract a whole sample")
@@ -266,6 +415,10 @@ def referenced_training_secrets(raw_training: Any) -> set[str]:
     names: set[str] = set()
     if isinstance(raw_training, dict):
         if isinstance(raw_training.get("drafter"), dict) and raw_training["drafter"].get("gated") is True:
+            names.add("hfToken")
+        dataset = raw_training.get("dataset")
+        mix = dataset.get("mix") if isinstance(dataset, dict) else None
+        if isinstance(mix, list) and any(isinstance(s, dict) and s.get("gated") is True for s in mix):
             names.add("hfToken")
         monitor = raw_training.get("monitor")
         if isinstance(monitor, dict) and isinstance(monitor.get("tokenSecret"), str):

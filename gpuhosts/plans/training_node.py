@@ -295,7 +295,12 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         "training": {"unit": TRAINING_UNIT, "script": script_path, "nprocPerNode": len(training.training_gpus),
                      "program": trainer.program, "args": args, "startFrom": converted_dir, "checkpoints": save,
                      "log": log},
-        "dataset": {"dir": dataset_dir, "samples": training.dataset.samples, "source": training.dataset.source},
+        "dataset": {"dir": dataset_dir, "samples": training.dataset.samples, "source": training.dataset.source,
+                    **({"mix": [{"source": s.name, "count": s.count, "converter": s.converter}
+                                for s in training.dataset.mix],
+                        "seed": training.dataset.seed,
+                        "expectedTotal": sum(s.count for s in training.dataset.mix),
+                        "toolCalling": training.dataset.tool_calling_samples} if training.dataset.mix else {})},
         "monitor": {"unit": MONITOR_UNIT, "listen": f"{monitor.bind}:{monitor.port}",
                     "token": f"gpuhosts:{monitor.token_secret}" if monitor.token_secret else None},
         "diskNeededGb": need_gb,
