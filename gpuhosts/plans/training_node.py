@@ -10,14 +10,16 @@ stay unless the config says otherwise. What speculators commands look like is it
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuhosts.engines import speculators as speculators_driver
 from gpuhosts.plans import drafter_config, hidden_state_check
-from gpuhosts.plans.model_download import Download, plan_model_download
+from gpuhosts.plans.model_download import HF_TOKEN, Download, plan_model_download
 from gpuhosts.plans.python_env import SERVICE_ROOT, EnvSpec, plan_env
 from gpuhosts.compat import model_facts
 from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_fact
@@ -35,6 +37,11 @@ MONITOR_UNIT = "gpuhosts-training-monitor.service"
 LIB_DIR = "/usr/local/lib/gpuhosts"
 CHECK_SCRIPT = f"{LIB_DIR}/check-hidden-states.py"
 DRAFTER_CHECK_SCRIPT = f"{LIB_DIR}/check-drafter-config.py"
+PREPARE_SCRIPT = f"{LIB_DIR}/dataset-prepare.py"
+# The node-side converter and mixer: gpuhosts/plans/dataset_prepare.py runs there verbatim.
+PREPARE_SOURCE = Path(__file__).resolve().parent / "dataset_prepare.py"
+# speculators' tokenizer step, in the checkout of the pinned release (v0.7.0 scripts/prepare_data.py).
+PREPARE_DATA_SCRIPT = "scripts/prepare_data.py"
 MONITOR_TOKEN = "/etc/gpuhosts/monitor.token"
 MONITOR_PACKAGE = Path(__file__).resolve().parent.parent.parent / "gpuhosts_monitor"
 PROBE_PROMPT = "Explain in one sentence why the sky is blue."
@@ -60,6 +67,7 @@ class TrainingPlan:
     ids: LayerIds
     summary: dict
     invocations: tuple[speculators_driver.Invocation, ...] = ()
+    prepared: "PreparedDataset | None" = None
 
 def _service_unit(key: str, kind: str, unit_name: str, files: list[HostFile], ensure: str, teardown: str,
                   needs: tuple[str, ...], stdin_secret: str | None = None, keeps: str = "") -> Unit:
@@ -106,23 +114,33 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
 
     dataset_dir = stack.dataset_dir
     dataset_key = "dataset-" + training.dataset.name.replace(".", "-").replace("_", "-")
-    manifest = f"{dataset_dir}/SHA256SUMS"
-    dataset_facts = [
-        Fact(f"manifest {manifest}", f'sha256sum <"$root"{shlex.quote(manifest)} | cut -d" " -f1 || echo missing',
-             training.dataset.manifest_sha256),
-        # Presence only: hashing a data set of this size is the ensure's work, not a probe's.
-        Fact(f"files of {manifest}", f'dataset_files_state "$root"{shlex.quote(dataset_dir)}', "all present"),
-    ]
-    dataset = Unit(key=dataset_key, kind="DatasetStage",
-                   ensure=render("training_node/dataset-stage.sh.j2", unit=dataset_key,
-                                 dataset=training.dataset, target=dataset_dir),
-                   teardown=render("training_node/dataset-teardown.sh.j2", unit=dataset_key,
-                                   dataset=training.dataset, target=dataset_dir),
-                   probe=render_probe(dataset_key, dataset_facts, prelude=render("training_node/dataset-probe.sh.j2")),
-                   desired=desired(dataset_facts), needs=("preflight",),
-                   undoes=f"data set {training.dataset.name} in {dataset_dir} "
-                   + ("deleted (dataset.deleteOnDestroy)" if training.dataset.delete_on_destroy else
-                      "kept (dataset.deleteOnDestroy is false)"))
+    # A stack declares either the pre-made `source` (DatasetStage) or a `mix` the node prepares (DatasetPrepare).
+    prepared = plan_dataset_prepare(stack, dataset_key, envs["speculators"], verifier_dir,
+                                    ("preflight", "env-speculators", download_steps["verifier"].key)) \
+        if training.dataset.mix is not None else None
+    # What train.py --data-path reads, and the file that says it is complete.
+    data_path, data_ready = ((prepared.data_path, prepared.ready) if prepared else
+                             (dataset_dir, f"{dataset_dir}/SHA256SUMS"))
+    if prepared:
+        dataset = prepared.unit
+    else:
+        manifest = f"{dataset_dir}/SHA256SUMS"
+        dataset_facts = [
+            Fact(f"manifest {manifest}", f'sha256sum <"$root"{shlex.quote(manifest)} | cut -d" " -f1 || echo missing',
+                 training.dataset.manifest_sha256),
+            # Presence only: hashing a data set of this size is the ensure's work, not a probe's.
+            Fact(f"files of {manifest}", f'dataset_files_state "$root"{shlex.quote(dataset_dir)}', "all present"),
+        ]
+        dataset = Unit(key=dataset_key, kind="DatasetStage",
+                       ensure=render("training_node/dataset-stage.sh.j2", unit=dataset_key,
+                                     dataset=training.dataset, target=dataset_dir),
+                       teardown=render("training_node/dataset-teardown.sh.j2", unit=dataset_key,
+                                       dataset=training.dataset, target=dataset_dir),
+                       probe=render_probe(dataset_key, dataset_facts, prelude=render("training_node/dataset-probe.sh.j2")),
+                       desired=desired(dataset_facts), needs=("preflight",),
+                       undoes=f"data set {training.dataset.name} in {dataset_dir} "
+                       + ("deleted (dataset.deleteOnDestroy)" if training.dataset.delete_on_destroy else
+                          "kept (dataset.deleteOnDestroy is false)"))
 
     storage = node.storage
     need_gb = int((training.verifier.size_gb or verifier_facts.size_gb or 60)
@@ -219,7 +237,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     # (speculators v0.7.0.1 src/speculators/train/config/schema.py GenerationArgs.vllm_endpoint, default
     # http://localhost:8000/v1). The drafter's shape (layers, sliding window, layer types, mask token) comes from the
     # converted checkpoint: --from-pretrained refuses --num-layers and --sliding-window beside it.
-    train_values = {"verifier": verifier_dir, "data": dataset_dir, "endpoint": f"{server_url}/v1", "save": save,
+    train_values = {"verifier": verifier_dir, "data": data_path, "endpoint": f"{server_url}/v1", "save": save,
                     "epochs": hyper.epochs, "lr": format(hyper.lr, "g"), "type": "dflash",
                     "block_size": hyper.block_size, "target_layer_ids": list(ids.trainer),
                     "seq_len": hyper.max_seq_len}
@@ -245,7 +263,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         "dflash-training", "TrainingJob", TRAINING_UNIT, [script, job_unit],
         render("training_node/unit.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
                       summary=f"torchrun on GPUs {list(training.training_gpus)}; checkpoints in {save}.",
-                      files=[script, job_unit], needs=[f"{dataset_dir}/SHA256SUMS", f"{converted_dir}/.gpuhosts-convert"],
+                      files=[script, job_unit], needs=[data_ready, f"{converted_dir}/.gpuhosts-convert"],
                       secret_file=None, make_dirs=[save]),
         render("training_node/unit-teardown.sh.j2", unit="dflash-training", unit_name=TRAINING_UNIT,
                keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
@@ -316,7 +334,109 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
         "vllm-serve", "vllm", training.vllm.version, "vllm serve", (f"{vllm_env.venv}/bin/python", "-m",
                                                                     "vllm.entrypoints.cli.main", "serve"),
         tuple(speculators_driver.served_vllm_argv(verifier_dir, states_dir, ids.server, vllm_args)), server_env)
-    return TrainingPlan(graph=graph, ids=ids, summary=summary, invocations=(convert, launch, served, trainer))
+    # prepare_data.py is checked against v0.7.0's parser by tests/test_dataset_prepare_unit.py; the captured flag
+    # tables of engine_invocations' check do not cover it.
+    return TrainingPlan(graph=graph, ids=ids, summary=summary, invocations=(convert, launch, served, trainer),
+                        prepared=prepared)
+
+
+# --- the data set prepared on the node -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PreparedDataset:
+    """The DatasetPrepare unit, where the training reads its output, and speculators' tokenizer call in it."""
+
+    unit: Unit
+    data_path: str
+    ready: str
+    invocation: speculators_driver.Invocation
+
+
+def source_dir(target: str, source) -> str:
+    """Where a source's download, conversion and marker live: a readable slug and a digest of the whole name, so
+    that two sources differing in a character the slug drops cannot share a directory."""
+    name = source.name + (f"/{source.subset}" if source.subset else "") + "".join(f" {f}" for f in source.data_files)
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{source.repo}-{source.split}".lower()).strip("-")[:48]
+    return f"{target}/sources/{slug}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+
+
+def mix_spec(seed: int, sources, target: str) -> dict:
+    """The mixer's spec (dataset-prepare.py mix --spec): converted paths relative to the data set's directory, where
+    the mix runs."""
+    return {"seed": seed, "sources": [{"name": s.name, "count": s.count,
+                                       "converted": source_dir(target, s)[len(target) + 1:] + "/converted.jsonl"}
+                                      for s in sources]}
+
+
+def prepare_data_invocation(version: str, venv: str, checkout: str, verifier_dir: str, mix_file: str, output: str,
+                            seq_length: int, seed: int) -> speculators_driver.Invocation:
+    """speculators' scripts/prepare_data.py as the pinned release's parser takes it (v0.7.0 parse_args, lines
+    79-182): --model is the verifier's directory, whose tokenizer and chat template format every row (the release
+    has no chat-template flag of its own: load_and_preprocess_dataset reads the model's processor); --seq-length is
+    the training's sequence, --seed the mix's."""
+    argv = ("--model", verifier_dir, "--data", mix_file, "--output", output, "--seq-length", str(seq_length),
+            "--seed", str(seed))
+    return speculators_driver.Invocation(
+        "speculators-prepare-data", speculators_driver.PACKAGE, version, PREPARE_DATA_SCRIPT,
+        (f"{venv}/bin/python", f"{checkout}/{PREPARE_DATA_SCRIPT}"), argv,
+        {"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"})
+
+
+def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, verifier_dir: str,
+                         needs: tuple[str, ...]) -> PreparedDataset:
+    """DatasetPrepare: the stack's `dataset.mix` downloaded (`hf download --repo-type dataset`), converted to
+    ShareGPT rows per source, mixed, and tokenized by speculators into `<dataset dir>/tokenized`, which train.py
+    reads. Each step's marker names its inputs, so a changed count or seed re-mixes and re-tokenizes while the
+    downloads and conversions stay."""
+    training, dataset = stack.training, stack.training.dataset
+    target = stack.dataset_dir
+    sources = list(dataset.mix)
+    seed = dataset.seed
+    dirs = [source_dir(target, s) for s in sources]
+    twice = next((s.name for s, d in zip(sources, dirs) if dirs.count(d) > 1), None)
+    if twice:
+        raise ValueError(f"gpuhosts:training.dataset.mix: {twice} is listed twice; give each source once with the "
+                         "count it contributes")
+    shebang, code = PREPARE_SOURCE.read_text().split("\n", 1)
+    script = HostFile(PREPARE_SCRIPT, f"{shebang}\n# managed by gpuhosts — gpuhosts/plans/dataset_prepare.py of the "
+                                      f"gpuhosts repository verbatim; do not edit on the node\n{code}", "0755")
+    script_digest = hashlib.sha256(script.content.encode()).hexdigest()
+    spec = json.dumps(mix_spec(seed, sources, target), sort_keys=True, separators=(",", ":"))
+    tokenized = f"{target}/tokenized"
+    invocation = prepare_data_invocation(training.speculators.version, speculators.venv, speculators.checkout,
+                                         verifier_dir, f"{target}/mix/mix.jsonl", f"{tokenized}.part",
+                                         training.hyper.max_seq_len, seed)
+    # What the tokenized data is made of, as the plan knows it: the probe's fact and the ensure's marker.
+    prepare_key = hashlib.sha256(json.dumps(
+        {"spec": spec, "converters": [s.converter for s in sources], "script": script_digest,
+         "verifier": f"{training.verifier.repo}@{training.verifier.revision}", "argv": list(invocation.argv),
+         "speculators": speculators.requirement}, sort_keys=True).encode()).hexdigest()[:32]
+    gated = any(s.gated for s in sources)
+    secret = HF_TOKEN if gated else None
+    facts = [*files_facts([script]),
+             Fact(f"prepared {tokenized}", f'cat "$root"{shlex.quote(tokenized + "/.gpuhosts-prepare")} || echo missing',
+                  prepare_key),
+             Fact(f"mix of {tokenized}", f'prepared_state "$root"{shlex.quote(target)}', "tokenized from the mix")]
+    values = dict(unit=key, name=dataset.name, target=target, seed=seed, version=training.speculators.version,
+                  python=f"{speculators.venv}/bin/python", hf=f"{speculators.venv}/bin/hf", script=PREPARE_SCRIPT,
+                  script_digest=script_digest, spec=spec, prepare_key=prepare_key, files=[script], secret=secret,
+                  needs=[f"{verifier_dir}/.gpuhosts-download", invocation.command[1], f"{speculators.venv}/bin/hf"],
+                  sources=[dict(name=s.name, repo=s.repo, revision=s.revision, split=s.split, subset=s.subset or "",
+                                data_files=list(s.data_files), converter=s.converter, gated=s.gated, dir=d)
+                           for s, d in zip(sources, dirs)],
+                  command=list(invocation.command), argv=list(invocation.argv), environment=invocation.environment)
+    unit = Unit(
+        key=key, kind="DatasetPrepare",
+        ensure=render("training_node/dataset-prepare.sh.j2", **values),
+        teardown=render("training_node/dataset-prepare-teardown.sh.j2", unit=key, name=dataset.name, target=target,
+                        remove=[PREPARE_SCRIPT], lib_dir=LIB_DIR, delete=dataset.delete_on_destroy),
+        probe=render_probe(key, facts, prelude=render("training_node/dataset-prepare-probe.sh.j2")),
+        desired=desired(facts), needs=needs, files=(script,), stdin_secret=secret,
+        undoes=f"script {PREPARE_SCRIPT} removed; data set {dataset.name} prepared in {target} "
+        + ("deleted (dataset.deleteOnDestroy)" if dataset.delete_on_destroy else
+           "kept (dataset.deleteOnDestroy is false)"))
+    return PreparedDataset(unit=unit, data_path=tokenized, ready=f"{tokenized}/.gpuhosts-prepare",
+                           invocation=invocation)
 
 
 def engine_invocations(stack: TrainerStack) -> list[dict]:

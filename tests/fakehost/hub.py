@@ -2,7 +2,9 @@
 
 The registry is ``REPOS`` merged with the host setting ``hf_repos``: {repo: {"gated": bool, "files": {name: text,
 or a byte count for filler}, "revisions": [...] (optional: any revision is accepted without it)}, or null to
-drop a repo}. A token comes from ``--token``, ``HF_TOKEN``, the file ``HF_TOKEN_PATH`` names, or
+drop a repo}. ``--repo-type dataset`` reads the data set registry instead: the files under
+``tests/fixtures/datasets/hub/<owner>/<name>/`` (a repo's ``.fakehost-repo.json``, not served, may say ``gated`` and
+``revisions``) merged with the host setting ``hf_datasets`` in the same shape as ``hf_repos``. A token comes from ``--token``, ``HF_TOKEN``, the file ``HF_TOKEN_PATH`` names, or
 ``$HF_HOME/token`` (``/root/.cache/huggingface/token``), all inside the root; one starting with ``hf_`` is valid. Setting ``hf_fail_after_files: N``
 breaks the N-th file fetched (left as ``.cache/huggingface/download/<file>.incomplete``). Every download appends
 a line to the host's ``var/log/fakehost/hf.log``, with whether a token was sent but never the token.
@@ -17,6 +19,7 @@ import os
 import struct
 import sys
 from fnmatch import fnmatch
+from pathlib import Path
 
 from .pytools import host_path, put
 from .util import stand_in_duration, Fail, root, settings, tree, unprefix, write
@@ -78,6 +81,20 @@ def _dflash() -> dict:
 
 
 REPOS = {"Qwen/Qwen3.6-27B": _qwen, "z-lab/Qwen3.6-27B-DFlash": _dflash}
+DATASETS = Path(__file__).resolve().parent.parent / "fixtures/datasets/hub"
+REPO_FILE = ".fakehost-repo.json"
+
+
+def dataset_fixtures() -> dict:
+    """The data set repos of tests/fixtures/datasets/hub: every directory two levels down is one repo."""
+    repos = {}
+    for repo_dir in sorted(p for p in DATASETS.glob("*/*") if p.is_dir()):
+        meta = repo_dir / REPO_FILE
+        entry = json.loads(meta.read_text()) if meta.is_file() else {}
+        files = {f.relative_to(repo_dir).as_posix(): f.read_bytes() for f in sorted(repo_dir.rglob("*"))
+                 if f.is_file() and f.name != REPO_FILE}
+        repos[repo_dir.relative_to(DATASETS).as_posix()] = {**entry, "files": files}
+    return repos
 
 
 # Files a Hub repo keeps in LFS by its default .gitattributes; the others are plain git blobs.
@@ -92,9 +109,10 @@ def etag(name: str, data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def registry() -> dict:
-    repos = {name: make() for name, make in REPOS.items()}
-    for name, entry in settings().get("hf_repos", {}).items():
+def registry(repo_type: str = "model") -> dict:
+    dataset = repo_type == "dataset"
+    repos = dataset_fixtures() if dataset else {name: make() for name, make in REPOS.items()}
+    for name, entry in settings().get("hf_datasets" if dataset else "hf_repos", {}).items():
         if entry is None:
             repos.pop(name, None)
             continue
@@ -116,7 +134,7 @@ def parse(argv):
         raise Fail("usage: hf download [-h] [--repo-type {model,dataset,space}] [--revision REVISION] [--include "
                    "[INCLUDE ...]] [--exclude [EXCLUDE ...]] [--local-dir LOCAL_DIR] [--token TOKEN] [--quiet] "
                    "repo_id [filenames ...]\nfakehost: only `hf download` is simulated", 2)
-    a = {"revision": "main", "local_dir": None, "token": None, "quiet": False, "include": [], "exclude": [],
+    a = {"revision": "main", "repo_type": "model", "local_dir": None, "token": None, "quiet": False, "include": [], "exclude": [],
          "words": []}
     it, current = iter(argv[1:]), None
     for w in it:
@@ -135,6 +153,11 @@ def parse(argv):
         raise Fail("hf download: error: the following arguments are required: repo_id", 2)
     if not a["local_dir"]:
         raise Fail("fakehost: hf download without --local-dir (the HF cache) is not simulated", 2)
+    if a["repo_type"] not in ("model", "dataset", "space"):
+        raise Fail(f"hf download: error: argument --repo-type: invalid choice: '{a['repo_type']}' (choose from "
+                   "'model', 'dataset', 'space')", 2)
+    if a["repo_type"] == "space":
+        raise Fail("fakehost: space repos are not simulated", 2)
     return a
 
 
@@ -142,14 +165,17 @@ def cmd_hf(argv):
     a = parse(argv)
     repo, rev, files_wanted = a["words"][0], a["revision"], a["words"][1:]
     tok, ldir = token(a["token"]), host_path(a["local_dir"])
-    api = f"https://huggingface.co/api/models/{repo}/revision/{rev}"
+    kind = a["repo_type"]
+    # The Hub's API and file URLs of a data set carry its type (huggingface_hub constants REPO_TYPES_URL_PREFIXES).
+    api = f"https://huggingface.co/api/{kind}s/{repo}/revision/{rev}"
+    prefix = "datasets/" if kind == "dataset" else ""
     fetched = reused = 0
     rc = 1
     try:
         if tok and not tok.startswith("hf_"):
             raise Fail(f"huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: {api} "
                        f"{REQUEST_ID}\n\nInvalid credentials in Authorization header", 1)
-        entry = registry().get(repo)
+        entry = registry(kind).get(repo)
         if entry is None:
             raise Fail(f"huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. {REQUEST_ID}\n\n"
                        f"Repository Not Found for url: {api}.\nPlease make sure you specified the correct `repo_id` "
@@ -167,8 +193,8 @@ def cmd_hf(argv):
                  and not any(fnmatch(n, p) for p in exclude)]
         if entry.get("gated") and not tok:
             raise Fail(f"huggingface_hub.errors.GatedRepoError: 401 Client Error. {REQUEST_ID}\n\nCannot access gated "
-                       f"repo for url https://huggingface.co/{repo}/resolve/{rev}/{(names or ['config.json'])[0]}.\n"
-                       f"Access to model {repo} is restricted. You must have access to it and be authenticated to "
+                       f"repo for url https://huggingface.co/{prefix}{repo}/resolve/{rev}/{(names or ['config.json'])[0]}.\n"
+                       f"Access to {kind} {repo} is restricted. You must have access to it and be authenticated to "
                        f"access it. Please log in.", 1)
         commit = rev if len(rev) == 40 and all(c in "0123456789abcdef" for c in rev) else \
             hashlib.sha1(f"{repo}@{rev}".encode()).hexdigest()
@@ -209,4 +235,4 @@ def cmd_hf(argv):
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as f:
             f.write(f"download {repo}@{rev} -> {unprefix(str(ldir), root())} fetched={fetched} reused={reused} "
-                    f"token={'yes' if tok else 'no'} rc={rc}\n")
+                    f"token={'yes' if tok else 'no'} rc={rc}" + (f" type={kind}" if kind != "model" else "") + "\n")

@@ -9,6 +9,8 @@ so the tree names no path of the checkout and a copied tree still works. Whateve
 Settings knobs: ``uv_fail_install`` (true, or a list of package names) and ``pip_fail_install`` make installs
 fail as without network, before anything is recorded.
 """
+import argparse
+import hashlib
 import json
 import os
 import re
@@ -16,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .util import stand_in_duration, Fail, root, settings, unprefix, write
+from .util import configure, stand_in_duration, Fail, root, settings, tree, unprefix, write
 
 PACKAGES = ".fakehost-packages.json"
 SYSTEM_PYTHON = "3.11.2"  # Debian 12
@@ -154,6 +156,10 @@ def cmd_venv_python(argv):
         # `python -c CODE MODEL VERIFIER ALGORITHM OUTPUT` (gpuhosts' call of convert_model for speculators 0.7.x)
         model, verifier, algorithm, output = argv[2:6]
         return convert_model(model, verifier, algorithm, output)
+    if argv[:1] and argv[0].endswith("/scripts/prepare_data.py"):
+        if "speculators" not in packages(venv):
+            raise Fail("ModuleNotFoundError: No module named 'speculators'", 1)
+        return prepare_data(argv[1:])
     exec_real(argv)
 
 
@@ -535,4 +541,88 @@ def convert_model(model: str, verifier: str, algorithm: str, output: str) -> int
     for weights in sorted(source.glob("*.safetensors")):
         put(target / weights.name, weights.read_bytes())
     print(f"Saved to: {output}")
+    return 0
+
+
+# speculators v0.7.0 scripts/prepare_data.py parse_args (lines 79-182): each flag with its type ("flag" for
+# store_true, "append" for action="append"), whether it is required, and its default.
+PREPARE_DATA_FLAGS = {
+    "--model": (str, True, None), "--trust-remote-code": ("flag", False, False),
+    "--data": ("append", True, None), "--seq-length": (int, False, 8192), "--max-samples": (int, False, None),
+    "--token-freq-path": (str, False, None), "--assistant-pattern": (str, False, None),
+    "--output": (str, False, "./output"), "--overwrite": ("flag", False, False), "--seed": (int, False, 0),
+    "--num-preprocessing-workers": (int, False, 8), "--minimum-valid-tokens": (int, False, None),
+    "--allow-empty-output": ("flag", False, False),
+}
+
+
+def prepare_data_parser():
+    """The v0.7.0 parser rebuilt from PREPARE_DATA_FLAGS (tests/test_dataset_prepare_unit.py checks these facts
+    against the release's own add_argument calls)."""
+    parser = argparse.ArgumentParser(prog="prepare_data.py", description="Prepare data for speculator training")
+    for flag, (kind, required, default) in PREPARE_DATA_FLAGS.items():
+        if kind == "flag":
+            parser.add_argument(flag, action="store_true")
+        elif kind == "append":
+            parser.add_argument(flag, type=str, action="append", required=required)
+        else:
+            parser.add_argument(flag, type=kind, required=required, default=default)
+    return parser
+
+
+def prepare_data(argv):
+    """What prepare_data.py v0.7.0 main() does with its output directory (lines 185-235): skips when *.arrow is
+    already there without --overwrite; otherwise makes the directory and writes what `dataset.save_to_disk` writes
+    (data-00000-of-00001.arrow, dataset_info.json, state.json) and token_freq.pt. Rows are the `conversations`
+    of every --data JSON-lines file; --model must be a local model directory with a tokenizer (its chat template
+    formats the rows). Setting ``prepare_data_fail_once`` stops it half-way once (a partial shard left), as a
+    killed run would. Each call appends its argv to var/log/fakehost/prepare_data.log."""
+    log = tree() / "var/log/fakehost/prepare_data.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        handle.write(" ".join(argv) + "\n")
+    parser = prepare_data_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        raise Fail("", int(exit_.code or 0))
+    model = host_path(args.model)
+    if not (model / "tokenizer.json").is_file():
+        raise Fail(f"OSError: Can't load tokenizer for '{args.model}'.", 1)
+    output = host_path(args.output)
+    if output.exists() and not args.overwrite and list(output.glob("*.arrow")):
+        print("Dataset files already exists in output directory, skipping preprocessing. To existing overwrite "
+              "files use --overwrite.", file=sys.stderr)
+        return 0
+    output.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for data in args.data:
+        for line in host_path(data).read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if not isinstance(row.get("conversations"), list):
+                    raise Fail(f"KeyError: 'conversations' (a row of {data})", 1)
+                rows.append(row)
+    if args.max_samples is not None:
+        rows = rows[:args.max_samples]
+    if not rows and not args.allow_empty_output:
+        raise Fail("ValueError: preprocessing removed every sample; pass --allow-empty-output to write it anyway", 1)
+    body = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
+    shard = output / "data-00000-of-00001.arrow"
+    if settings().get("prepare_data_fail_once"):
+        write(shard, body[:len(body) // 2])
+        configure(tree(), prepare_data_fail_once=None)
+        raise Fail("Killed", 137)
+    write(shard, body)
+    fingerprint = hashlib.sha256(body + str(args.seq_length).encode()).hexdigest()[:16]
+    put(output / "dataset_info.json", json.dumps({"citation": "", "description": "", "features": {
+        "input_ids": {"feature": {"dtype": "int64", "_type": "Value"}, "_type": "List"},
+        "loss_mask": {"feature": {"dtype": "int64", "_type": "Value"}, "_type": "List"}},
+        "homepage": "", "license": ""}, indent=2) + "\n")
+    put(output / "state.json", json.dumps({"_data_files": [{"filename": shard.name}], "_fingerprint": fingerprint,
+                                           "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
+                                           "_output_all_columns": False, "_split": None}, indent=2) + "\n")
+    put(Path(args.token_freq_path and host_path(args.token_freq_path) or output / "token_freq.pt"),
+        hashlib.sha256(body).digest())
+    print(f"Writing dataset to {args.output}", file=sys.stderr)
     return 0

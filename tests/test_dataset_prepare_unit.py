@@ -1,0 +1,245 @@
+"""DatasetPrepare on a simulated training node (tests/fakehost): a stack's `dataset.mix` downloaded from the simulated
+Hub's data set repos (tests/fixtures/datasets/hub), converted and mixed by gpuhosts/plans/dataset_prepare.py, and
+tokenized by the speculators environment's scripts/prepare_data.py (its stand-in checks the v0.7.0 flags); reruns,
+a changed count, an interrupted tokenize, a gated source and destroy."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import TRAINER_SECRETS
+from fakehost import host_env
+from fakehost.pytools import PREPARE_DATA_FLAGS, prepare_data_parser
+from fakehost.util import configure
+from gpuhosts.plans.training_node import plan_training_node
+from gpuhosts.protocol import parse_facts, parse_result
+from gpuhosts.stacks import validate_trainer_stack
+from gpuhosts.training import TrainerStack
+from trainer_node import node_values, prepare_node
+
+HF_TOKEN = "hf_DatasetPrepareToken9e1f"
+KEY = "dataset-qwen36-mix-913k"
+DATA = "/data/data/qwen36-mix-913k"
+REVISION = "5e1b8c0d9a7f6e4c3b2a19087f6e5d4c3b2a1908"
+CHAT = {"repo": "gpuhosts-test/chat-sharegpt", "revision": REVISION, "split": "train", "count": 5,
+        "converter": "sharegpt"}
+GATED = {"repo": "gpuhosts-test/gated-alpaca", "revision": REVISION, "split": "train", "count": 4,
+         "converter": "alpaca", "gated": True}
+SPECULATORS_MIRROR = Path("/work/.mirror/vllm-project+speculators/repo")
+
+
+def mix_stack(values: dict, sources: list[dict], seed: int = 7, delete: bool = False) -> TrainerStack:
+    """The node's stack with `dataset.mix` in place of the pre-made `source`."""
+    values = copy.deepcopy(values)
+    dataset = values["training"]["dataset"]
+    for premade in ("source", "manifestSha256"):
+        dataset.pop(premade, None)
+    dataset.update(mix=sources, seed=seed, deleteOnDestroy=delete, samples=sum(s["count"] for s in sources))
+    return validate_trainer_stack(values, TRAINER_SECRETS)
+
+
+@dataclasses.dataclass
+class Node:
+    tree: Path
+    values: dict
+
+    def graph(self, stack: TrainerStack):
+        return plan_training_node(stack).graph
+
+    def run(self, unit, operation="ensure", token=HF_TOKEN):
+        stdin = token + "\n" if unit.stdin_secret and operation == "ensure" and token else ""
+        return subprocess.run(["bash", "-c", getattr(unit, operation)], input=stdin, capture_output=True, text=True,
+                              env=host_env(self.tree), timeout=180)
+
+    def apply(self, unit, operation="ensure", token=HF_TOKEN) -> str:
+        result = self.run(unit, operation, token)
+        assert result.returncode == 0, f"{unit.key} {operation}:\n{result.stdout}\n{result.stderr}"
+        parse_result(result.stdout)
+        return result.stdout + result.stderr
+
+    def before(self, stack: TrainerStack, key: str = KEY) -> None:
+        """Everything the unit waits for, applied."""
+        graph = self.graph(stack)
+        wanted, todo = set(), list(graph[key].needs)
+        while todo:
+            need = todo.pop()
+            if need not in wanted:
+                wanted.add(need)
+                todo.extend(graph[need].needs)
+        for unit in graph:
+            if unit.key in wanted:
+                self.apply(unit)
+
+    def probe(self, unit) -> dict:
+        result = subprocess.run(["bash", "-c", unit.probe], capture_output=True, text=True, env=host_env(self.tree))
+        assert result.returncode == 0, result.stderr
+        return parse_facts(result.stdout)
+
+    def path(self, path: str) -> Path:
+        return self.tree / path.lstrip("/")
+
+    def log(self, name: str) -> list[str]:
+        log = self.tree / f"var/log/fakehost/{name}.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+    def downloads(self) -> list[str]:
+        return [line for line in self.log("hf") if "type=dataset" in line]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prepare")
+    return root, prepare_node(root)
+
+
+@pytest.fixture
+def node(prepared, tmp_path) -> Node:
+    root, template = prepared
+    shutil.copytree(template, tmp_path / "node", symlinks=True)
+    return Node(tmp_path / "node", node_values(root))
+
+
+def test_the_stack_with_a_mix_plans_dataset_prepare_and_the_training_reads_its_output(node):
+    graph = node.graph(mix_stack(node.values, [CHAT]))
+    unit = graph[KEY]
+    assert unit.kind == "DatasetPrepare" and unit.stdin_secret is None
+    assert set(unit.needs) == {"preflight", "env-speculators", "model-qwen3-6-27b"}
+    assert KEY in graph["dflash-training"].needs
+    (script,) = [f for f in graph["dflash-training"].files if f.path.endswith(".sh")]
+    assert f"{DATA}/tokenized" in script.content
+    # A pre-made source stays DatasetStage.
+    premade = copy.deepcopy(node.values)
+    for key in ("mix", "seed"):
+        premade["training"]["dataset"].pop(key, None)
+    premade["training"]["dataset"].setdefault("manifestSha256", "0" * 64)
+    premade["training"]["dataset"].setdefault("source", "https://datasets.example.internal/qwen36-mix-913k/")
+    assert plan_training_node(validate_trainer_stack(premade, TRAINER_SECRETS)).graph[KEY].kind == "DatasetStage"
+
+
+def test_first_run_prepares_and_a_second_changes_nothing(node):
+    stack = mix_stack(node.values, [CHAT])
+    node.before(stack)
+    unit = node.graph(stack)[KEY]
+    assert node.probe(unit) != unit.desired
+    first = node.apply(unit)
+    assert parse_result(first).changed
+    assert "downloaded" in first and "converted with sharegpt" in first and "tokenized the mix" in first
+    manifest = json.loads(node.path(f"{DATA}/mix/manifest.json").read_text())
+    assert manifest["seed"] == 7 and manifest["total"] == 5
+    assert manifest["sources"][0]["name"] == f"gpuhosts-test/chat-sharegpt@{REVISION}:train"
+    tokenized = node.path(f"{DATA}/tokenized")
+    assert {p.name for p in tokenized.iterdir()} >= {"data-00000-of-00001.arrow", "dataset_info.json", "state.json",
+                                                    "token_freq.pt"}
+    assert len((tokenized / "data-00000-of-00001.arrow").read_text().splitlines()) == 5
+    # Only the train split was converted (the repo's test split is not).
+    assert len(node.path(f"{DATA}/sources").glob("*/converted.jsonl").__next__().read_text().splitlines()) == 8
+    assert node.probe(unit) == unit.desired
+    downloads = node.downloads()
+    second = node.apply(unit)
+    assert not parse_result(second).changed, second
+    assert node.downloads() == downloads and len(node.log("prepare_data")) == 1
+
+
+def test_a_changed_count_remixes_and_retokenizes_without_downloading_or_converting(node):
+    stack = mix_stack(node.values, [CHAT])
+    node.before(stack)
+    node.apply(node.graph(stack)[KEY])
+    downloads = node.downloads()
+    for changed in (mix_stack(node.values, [{**CHAT, "count": 3}]), mix_stack(node.values, [{**CHAT, "count": 3}], 8)):
+        unit = node.graph(changed)[KEY]
+        drift = {k for k, v in node.probe(unit).items() if unit.desired.get(k) != v}
+        assert drift == {f"prepared {DATA}/tokenized"}
+        output = node.apply(unit)
+        assert "mixed:" in output and "tokenized the mix" in output
+        assert "downloaded" not in output and "converted with" not in output
+        assert node.probe(unit) == unit.desired
+    assert json.loads(node.path(f"{DATA}/mix/manifest.json").read_text())["seed"] == 8
+    assert node.downloads() == downloads
+
+
+def test_an_interrupted_tokenize_resumes_and_reuses_the_rest(node):
+    stack = mix_stack(node.values, [CHAT])
+    node.before(stack)
+    unit = node.graph(stack)[KEY]
+    configure(node.tree, prepare_data_fail_once=True)
+    result = node.run(unit)
+    assert result.returncode == 1 and "tokenizing stopped" in result.stderr
+    assert not node.path(f"{DATA}/tokenized").exists() and node.path(f"{DATA}/tokenized.part").exists()
+    assert node.probe(unit) != unit.desired
+    downloads = node.downloads()
+    output = node.apply(unit)
+    assert "download complete" in output and "conversion up to date" in output and "the mix is up to date" in output
+    assert "tokenized the mix" in output and not node.path(f"{DATA}/tokenized.part").exists()
+    assert node.downloads() == downloads and node.probe(unit) == unit.desired
+
+
+def test_a_gated_source_needs_the_token_which_never_shows(node):
+    stack = mix_stack(node.values, [CHAT, GATED])
+    node.before(stack)
+    unit = node.graph(stack)[KEY]
+    assert unit.stdin_secret == "hfToken"
+    refused = node.run(unit, token="")
+    assert refused.returncode == 1 and "gpuhosts:hfToken" in refused.stderr
+    assert "gpuhosts-test/gated-alpaca is gated" in refused.stderr
+    output = node.apply(unit)
+    assert json.loads(node.path(f"{DATA}/mix/manifest.json").read_text())["total"] == 9
+    gated = [line for line in node.downloads() if "gated-alpaca" in line]
+    assert gated[-1].endswith("token=yes rc=0 type=dataset")
+    assert [line for line in node.downloads() if "chat-sharegpt" in line][-1].count("token=no") == 1
+    assert HF_TOKEN not in unit.ensure + output + refused.stdout + refused.stderr
+    leaked = [p for p in node.tree.rglob("*") if p.is_file() and not p.is_symlink()
+              and HF_TOKEN.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+def test_teardown_keeps_the_data_and_delete_on_destroy_removes_only_what_it_wrote(node):
+    stack = mix_stack(node.values, [CHAT])
+    node.before(stack)
+    node.apply(node.graph(stack)[KEY])
+    node.path(f"{DATA}/notes.txt").write_text("mine\n")
+    kept = node.apply(node.graph(stack)[KEY], "teardown")
+    assert "keeping" in kept and node.path(f"{DATA}/tokenized/state.json").exists()
+    assert not node.path("/usr/local/lib/gpuhosts/dataset-prepare.py").exists()
+    deleting = node.graph(mix_stack(node.values, [CHAT], delete=True))[KEY]
+    output = node.apply(deleting, "teardown")
+    assert parse_result(output).changed
+    assert sorted(p.name for p in node.path(DATA).iterdir()) == ["notes.txt"]
+
+
+def test_the_tokenize_argv_parses_with_prepare_data_flags(node):
+    invocation = plan_training_node(mix_stack(node.values, [CHAT])).prepared.invocation
+    args = prepare_data_parser().parse_args(list(invocation.argv))
+    assert args.model == "/data/models/Qwen/Qwen3.6-27B" and args.data == [f"{DATA}/mix/mix.jsonl"]
+    assert args.output == f"{DATA}/tokenized.part" and args.seq_length == 8192 and args.seed == 7
+    assert invocation.command[1] == "/opt/gpuhosts/speculators/src/scripts/prepare_data.py"
+
+
+def release_flags(source: str) -> dict:
+    """The add_argument calls of prepare_data.py's parse_args, read with ast: {flag: (kind, required, default)}."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            words = {k.arg: k.value for k in node.keywords}
+            action = ast.literal_eval(words["action"]) if "action" in words else None
+            kind = ("flag" if action == "store_true" else "append" if action == "append" else
+                    {"int": int, "str": str}[words["type"].id])
+            required = ast.literal_eval(words["required"]) if "required" in words else False
+            default = ast.literal_eval(words["default"]) if "default" in words else (False if kind == "flag" else None)
+            found[ast.literal_eval(node.args[0])] = (kind, required, default)
+    return found
+
+
+@pytest.mark.skipif(not SPECULATORS_MIRROR.is_dir(), reason="no speculators repository to read v0.7.0 from")
+def test_the_stand_in_flags_are_the_v0_7_0_parser():
+    """speculators v0.7.0 scripts/prepare_data.py lines 79-182 (parse_args), read from the release's own file."""
+    source = subprocess.run(["git", f"--git-dir={SPECULATORS_MIRROR}", "show", "v0.7.0:scripts/prepare_data.py"],
+                            capture_output=True, text=True, check=True).stdout
+    assert release_flags(source) == PREPARE_DATA_FLAGS
