@@ -243,3 +243,25 @@ def test_the_stand_in_flags_are_the_v0_7_0_parser():
     source = subprocess.run(["git", f"--git-dir={SPECULATORS_MIRROR}", "show", "v0.7.0:scripts/prepare_data.py"],
                             capture_output=True, text=True, check=True).stdout
     assert release_flags(source) == PREPARE_DATA_FLAGS
+
+
+@pytest.mark.parametrize("source, rows, refusal", [
+    # the split's files only: data/train-* (8 rows), not data/test-*
+    ({}, 8, None),
+    ({"split": "test"}, 1, None),
+    # dataFiles replace the split's files (and only they are downloaded)
+    ({"dataFiles": ["data/test-*.jsonl"]}, 1, None),
+    ({"split": "validation"}, None, "the download has no file of split 'validation'"),
+])
+def test_a_source_converts_the_files_its_split_or_data_files_name(node, source, rows, refusal):
+    stack = mix_stack(node.values, [{**CHAT, "count": 1, **source}])
+    node.before(stack)
+    result = node.run(node.graph(stack)[KEY])
+    if refusal:
+        assert result.returncode == 1 and refusal in result.stderr, result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    (converted,) = node.path(f"{DATA}/sources").glob("*/converted.jsonl")
+    assert len(converted.read_text().splitlines()) == rows
+    downloaded = {p.name for p in converted.parent.glob("download/**/*") if p.is_file() and ".cache" not in p.parts}
+    assert ("README.md" in downloaded) == ("dataFiles" not in source)
