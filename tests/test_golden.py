@@ -39,6 +39,7 @@ ELSEWHERE = {
                                                      "tests/test_hidden_state_check.py",
     "usr/local/lib/gpuhosts/check-drafter-config.py": "gpuhosts/plans/drafter_config.py verbatim; "
                                                       "tests/test_drafter_config.py",
+    "usr/local/lib/gpuhosts/dataset-prepare.py": "gpuhosts/plans/dataset_prepare.py verbatim; tests/test_dataset_mix.py",
     "usr/local/lib/gpuhosts/sglang-serve.py": "in full in tests/golden/services/qwen-sglang; "
                                               "tests/test_inference_units.py",
 }

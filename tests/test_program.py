@@ -172,7 +172,8 @@ TRAINER_UNITS = {
     # A download brings its own hf: it waits for no environment.
     "model-qwen3-6-27b": ["preflight"],
     "model-qwen3-6-27b-dflash": ["preflight"],
-    "dataset-qwen36-mix-913k": ["preflight"],
+    # The declared mix is converted and tokenized with speculators' environment and the verifier's chat template.
+    "dataset-qwen36-mix-913k": ["env-speculators", "model-qwen3-6-27b", "preflight"],
     # z-lab's checkpoint becomes a speculators one; the check of its config.json needs the verifier's too.
     "drafter-convert": ["env-speculators", "model-qwen3-6-27b", "model-qwen3-6-27b-dflash"],
     "hidden-state-server": ["env-speculators", "env-vllm", "model-qwen3-6-27b"],

@@ -153,6 +153,10 @@ def node_values(root: Path) -> dict:
     training["verifier"]["sizeGb"] = 1
     training["drafter"]["sizeGb"] = 1
     training["checkpointsReserveGb"] = 1
+    # The node's own tests stage a pre-made set (DatasetStage); the declared mix is prepared in
+    # tests/test_dataset_prepare_unit.py.
+    for declared in ("mix", "seed"):
+        training["dataset"].pop(declared, None)
     manifest = (root / "dataset" / "SHA256SUMS").read_bytes()
     training["dataset"].update(source=f"file://{root / 'dataset'}/", manifestSha256=hashlib.sha256(manifest).hexdigest(),
                                sizeGb=0.1)

@@ -1,16 +1,18 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dataset-qwen36-mix-913k]
 # The probe of dataset-qwen36-mix-913k: reads the host and changes nothing; prints one facts line.
-# dataset_files_state DIR — "all present" when every file SHA256SUMS lists is there, else how many are missing.
-dataset_files_state() {
-  local dir="$1" missing=0 sum name
-  [ -f "$dir/SHA256SUMS" ] || { echo "no manifest"; return 0; }
-  while read -r sum name; do
-    [ -n "$sum" ] || continue
-    [ -f "$dir/${name#\*}" ] || missing=$((missing + 1))
-  done <"$dir/SHA256SUMS"
-  if [ "$missing" = 0 ]; then echo "all present"; else echo "$missing missing"; fi
+# prepared_state DIR — "tokenized from the mix" when DIR/tokenized holds .arrow data made from DIR/mix's manifest.
+prepared_state() {
+  local dir="$1"
+  [ -f "$dir/mix/manifest.json" ] || { echo "no mix"; return 0; }
+  compgen -G "$dir/tokenized/*.arrow" >/dev/null || { echo "not tokenized"; return 0; }
+  if [ "$(cat "$dir/tokenized/.gpuhosts-mix" 2>/dev/null)" = "$(sha256sum <"$dir/mix/manifest.json" | cut -c1-64)" ]; then
+    echo "tokenized from the mix"
+  else
+    echo "tokenized from another mix"
+  fi
 }
 
-fact 'manifest /data/data/qwen36-mix-913k/SHA256SUMS' "$( { sha256sum <"$root"/data/data/qwen36-mix-913k/SHA256SUMS | cut -d" " -f1 || echo missing; } 2>/dev/null || true)"
-fact 'files of /data/data/qwen36-mix-913k/SHA256SUMS' "$( { dataset_files_state "$root"/data/data/qwen36-mix-913k; } 2>/dev/null || true)"
+fact 'file /usr/local/lib/gpuhosts/dataset-prepare.py' "$( { file_state /usr/local/lib/gpuhosts/dataset-prepare.py; } 2>/dev/null || true)"
+fact 'prepared /data/data/qwen36-mix-913k/tokenized' "$( { cat "$root"/data/data/qwen36-mix-913k/tokenized/.gpuhosts-prepare || echo missing; } 2>/dev/null || true)"
+fact 'mix of /data/data/qwen36-mix-913k/tokenized' "$( { prepared_state "$root"/data/data/qwen36-mix-913k; } 2>/dev/null || true)"
 emit_facts

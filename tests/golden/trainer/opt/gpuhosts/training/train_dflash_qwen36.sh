@@ -48,7 +48,7 @@ export CUDA_VISIBLE_DEVICES=4,5,6,7
 export HF_HUB_OFFLINE=1
 exec "$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py \
   --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B \
-  --data-path /data/data/qwen36-mix-913k \
+  --data-path /data/data/qwen36-mix-913k/tokenized \
   --vllm-endpoint http://127.0.0.1:8000/v1 \
   --save-path /data/checkpoints/Qwen3.6-27B-DFlash \
   --epochs 3 \
