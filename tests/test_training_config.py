@@ -26,9 +26,11 @@ def test_the_trainer_stack_declares_the_seed_node():
     assert t.drafter.repo == "z-lab/Qwen3.6-27B-DFlash" and t.drafter.gated
     assert (t.hyper.block_size, t.hyper.num_layers, t.dataset.samples) == (16, 5, 913786)
     assert stack.checkpoints == "/data/checkpoints/Qwen3.6-27B-DFlash"
-    # The committed stack's placeholders, each named: the node's address and the data set's server.
+    # The committed stack's placeholders, each named: the node's address and the two tool-calling sets whose commits
+    # are still to pin.
     assert [w.split(" is ")[0] for w in stack.warnings] == [
-        "gpuhosts:node.ssh.host 192.0.2.40", "gpuhosts:training.dataset.source https://datasets.example.internal/qwen36-mix-913k/"]
+        "gpuhosts:node.ssh.host 192.0.2.40", "gpuhosts:training.dataset.mix[4].revision",
+        "gpuhosts:training.dataset.mix[5].revision"]
 
 
 BAD = [
