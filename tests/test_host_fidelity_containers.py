@@ -19,17 +19,11 @@ from gpuhosts.protocol import parse_result
 from gpuhosts.stacks import validate_stack
 from fakehost.installer import make_fake_run
 from test_host_scripts import VERSION, Host, refused
+from test_host_scripts import host  # noqa: F401  (fixture: the seed, as the host tests have it)
 
 FIXTURES = Path(__file__).parent / "fixtures/pve"
 CT = "var/lib/lxc/129/rootfs"
 CONF = "etc/pve/lxc/129.conf"
-
-
-@pytest.fixture
-def host(tmp_path) -> Host:
-    """The seed: container 129 running without GPUs, no driver."""
-    run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
-    return Host(seed_kpro5(tmp_path / "kpro5"), run_file, make_fake_run(run_file, VERSION))
 
 
 @pytest.fixture(scope="module")

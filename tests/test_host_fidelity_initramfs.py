@@ -11,21 +11,13 @@ import subprocess
 import pytest
 
 from fakehost import host_env, kernel
-from fakehost.installer import make_fake_run
 from fakehost.system import parse_initrd
-from fakehost.tree import seed_kpro5
 from gpuhosts.protocol import parse_result
-from test_host_scripts import A6000, RTX3090_FUNCTIONS, VERSION, Host
+from test_host_scripts import A6000, RTX3090_FUNCTIONS, Host
+from test_host_scripts import host  # noqa: F401  (fixture: the seed, as the host tests have it)
 
 KERNEL = "6.8.12-4-pve"
 OVERRIDE = "usr/local/lib/gpuhosts/vfio-override.sh"
-
-
-@pytest.fixture
-def host(tmp_path) -> Host:
-    """The seed: all four GPUs on vfio-pci through the hand-made /etc/modprobe.d/vfio.conf, no NVIDIA driver."""
-    run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
-    return Host(seed_kpro5(tmp_path / "kpro5"), run_file, make_fake_run(run_file, VERSION))
 
 
 def reboot(h: Host) -> None:
