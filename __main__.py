@@ -70,11 +70,13 @@ if validated(lambda raw, _secrets, _others: stack_kind(raw), everything, set(), 
     pulumi.export("desired", {"training": node.summary})
 else:
     from components.proxmox_host import ProxmoxHost
+    from gpuhosts.benchmarks import referenced_benchmark_secrets
     from gpuhosts.plans.proxmox_host import summarize_host
     from gpuhosts.stacks import validate_stack
 
     raw = {**{key: None for key in SECTIONS}, **everything}
-    secret_keys = secret_keys_among(set(everything) | {"sshPrivateKey"} | referenced_secrets(raw["services"]))
+    secret_keys = secret_keys_among(set(everything) | {"sshPrivateKey"} | referenced_secrets(raw["services"])
+                                    | referenced_benchmark_secrets(raw["benchmarks"]))
     config = validated(lambda *args: require_locks(validate_stack(*args)), raw, secret_keys, others)
     for warning in config.warnings():
         pulumi.log.warn(warning)
@@ -83,3 +85,4 @@ else:
     pulumi.export("rebootRequired", host.reboot_required)
     pulumi.export("desired", summarize_host(config))
     pulumi.export("services", host.service_outputs)
+    pulumi.export("benchmarks", host.benchmark_outputs)

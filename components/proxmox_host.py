@@ -6,6 +6,7 @@ import pulumi
 
 from components.host_units import materialize, target_of
 from gpuhosts.config import StackConfig
+from gpuhosts.plans.benchmark import benchmark_key, results_dir
 from gpuhosts.plans.proxmox_host import plan_host
 
 
@@ -28,4 +29,11 @@ class ProxmoxHost(pulumi.ComponentResource):
             }
             for service in config.services
         }
-        self.register_outputs({"rebootRequired": self.reboot_required, "services": self.service_outputs})
+        # Per benchmark: the table of its last run (the report of its unit), and where the files are.
+        self.benchmark_outputs = {
+            bench.name: {"container": bench.container, "results": results_dir(bench),
+                         "table": self.units[benchmark_key(bench)].report}
+            for bench in config.benchmarks
+        }
+        self.register_outputs({"rebootRequired": self.reboot_required, "services": self.service_outputs,
+                               "benchmarks": self.benchmark_outputs})

@@ -28,7 +28,7 @@ from gpuhosts.fields import (
 )
 
 NAMESPACE = "gpuhosts"
-SECTIONS = ("kind", "host", "nvidia", "gpus", "containers", "services")
+SECTIONS = ("kind", "host", "nvidia", "gpus", "containers", "services", "benchmarks")
 # Secret keys gpuhosts itself reads; services may name more (apiKeySecret).
 SECRET_KEYS = ("sshPrivateKey", "hfToken")
 
@@ -240,6 +240,11 @@ class StackConfig(_Model):
     services: tuple[Any, ...] = ()
     # Warnings of the compatibility rules (gpuhosts/compat-rules.yaml) against the services.
     service_warnings: tuple[str, ...] = ()
+    # gpuhosts.benchmarks.BenchmarkConfig entries.
+    benchmarks: tuple[Any, ...] = ()
+
+    def benchmarks_in(self, vmid: int) -> list[Any]:
+        return [b for b in self.benchmarks if b.container == vmid]
 
     def services_in(self, vmid: int) -> list[Any]:
         return [s for s in self.services if s.container == vmid]

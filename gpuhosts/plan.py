@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from gpuhosts.benchmarks import referenced_benchmark_secrets
 from gpuhosts.config import NAMESPACE, StackKind, stack_kind
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
@@ -90,7 +91,8 @@ def stand_in_secrets(values: dict[str, Any], secure: set[str]) -> tuple[dict[str
     """Values with a placeholder for every secret the stack needs but the file does not hold, all secret keys, and a
     warning per stand-in. A stack file cannot carry a placeholder `secure:` value (the CLI would fail to decrypt
     it), so secrets set only at deploy time are declared by being named (sshPrivateKey, apiKeySecret, hfToken)."""
-    needed = {"sshPrivateKey"} | referenced_secrets(values.get("services")) | referenced_training_secrets(values.get("training"))
+    needed = ({"sshPrivateKey"} | referenced_secrets(values.get("services")) | referenced_training_secrets(values.get("training"))
+              | referenced_benchmark_secrets(values.get("benchmarks")))
     missing = sorted(needed - set(values))
     warnings = [f"{NAMESPACE}:{name} is not set in the stack file; the plan stands in for it and `pulumi up` needs it: "
                 f"pulumi config set --secret {NAMESPACE}:{name}" for name in missing]

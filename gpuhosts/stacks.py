@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuhosts.benchmarks import benchmark_problems, referenced_benchmark_secrets, validate_benchmark_entries
 from gpuhosts.compat import Severity, check_services, check_training, model_facts
 from gpuhosts.config import (
     NAMESPACE,
@@ -31,6 +32,7 @@ from gpuhosts.fields import placeholder_digest, placeholder_url
 from gpuhosts.locks import lock_problem, lock_spec
 from gpuhosts.plans.python_env import env_lock, service_env
 from gpuhosts.plans.training_node import FLASK_VERSION
+from gpuhosts.render import PROJECT_ROOT
 from gpuhosts.services import ServiceConfig, _service_problems, referenced_secrets, validate_service_entries
 from gpuhosts.training import (
     TRAINER_SECRET_KEYS,
@@ -53,7 +55,9 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     `secret_keys` are the keys set as secrets (`pulumi config set --secret`); services may only name those.
     """
     problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.PROXMOX)
-    problems += stray_key_problems(raw, SECTIONS, SECRET_KEYS, referenced_secrets(raw.get("services")), secret_keys,
+    problems += stray_key_problems(raw, SECTIONS, SECRET_KEYS,
+                                   referenced_secrets(raw.get("services")) | referenced_benchmark_secrets(raw.get("benchmarks")),
+                                   secret_keys,
                                    "is not a gpuhosts setting")
 
     def section(model: type[_Model], key: str) -> Any:
@@ -75,18 +79,22 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     gpus = entries(GpuConfig, "gpus")
     containers = entries(ContainerConfig, "containers")
     services = validate_service_entries(raw.get("services"), problems)
+    benchmarks = validate_benchmark_entries(raw.get("benchmarks"), problems)
     if not raw.get("gpus"):
         problems.append(Problem(path=f"{NAMESPACE}:gpus", message="declares no GPU; list the host's GPUs with their `use`"))
     problems += _cross_field_problems(host, nvidia, raw.get("nvidia") is not None, gpus, containers)
     if problems:
         raise ConfigError(problems)
     stack = StackConfig(host=host, nvidia=nvidia, gpus=tuple(g for _, g in gpus), containers=tuple(c for _, c in containers))
-    if not services:
+    if not services and not benchmarks:
         return stack
-    service_warnings = check_stack_services(services, stack, set(secret_keys), problems)
+    service_warnings = check_stack_services(services, stack, set(secret_keys), problems) if services else []
+    problems += benchmark_problems(benchmarks, tuple(s for _, s in services), {c.vmid for c in stack.containers},
+                                   set(secret_keys), PROJECT_ROOT)
     if problems:
         raise ConfigError(problems)
-    return stack.model_copy(update={"services": tuple(s for _, s in services), "service_warnings": tuple(service_warnings)})
+    return stack.model_copy(update={"services": tuple(s for _, s in services), "service_warnings": tuple(service_warnings),
+                                    "benchmarks": tuple(b for _, b in benchmarks)})
 
 
 def check_stack_services(services: list[tuple[int, ServiceConfig]], stack: StackConfig, secret_keys: set[str],

@@ -5,16 +5,20 @@
   would cut them off); a download onto the host's model store runs on the host and waits for nothing;
 * an InferenceService waits for its environment, its weights, the container's NVIDIA user space, and any stopped
   service it shares GPUs or a port with (sharesWith), which must let go first;
-* a DeployGate per enabled service waits for that service.
+* a DeployGate per enabled service waits for that service;
+* a Benchmark waits for every service on its GPUs and their gates (it stops and restarts them), and for the DDTree
+  reference's checkout and drafter download when it has one.
 """
 
 from __future__ import annotations
 
+from gpuhosts.plans.benchmark import benchmark_needs, patch_text, plan_benchmark
 from gpuhosts.plans.container_userspace import userspace_key
 from gpuhosts.plans.deploy_gate import plan_deploy_gate
 from gpuhosts.plans.inference_service import plan_inference_service, service_key
 from gpuhosts.plans.lxc_gpu_passthrough import devices_key
 from gpuhosts.plans.model_download import (
+    Download,
     downloads_for,
     model_store_key,
     plan_model_download,
@@ -48,9 +52,19 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
     envs = {s.name: plan_python_env(s, (last_restart,)) for s in services}
     units += envs.values()
     downloads: dict[str, list[str]] = {}
-    for download in downloads_for(container, services):
+    planned = downloads_for(container, services)
+    known = {d.spec.path for d in planned}
+    for bench in config.benchmarks_in(vmid):
+        drafter = bench.ddtree.drafter if bench.ddtree is not None else None
+        if drafter is not None and drafter.path not in known:
+            # The reference's own drafter, when no service downloads it already.
+            planned.append(Download(drafter, (f"bench:{bench.name}",), bench.ddtree.environment_of, None, {}))
+            known.add(drafter.path)
+    download_of: dict[str, str] = {}
+    for download in planned:
         unit = plan_model_download(vmid, download, () if download.host_path else (last_restart,))
         units.append(unit)
+        download_of[download.spec.path] = unit.key
         for name in download.services:
             downloads.setdefault(name, []).append(unit.key)
     service_units: dict[str, Unit] = {}
@@ -63,4 +77,13 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
         service_units[service.name] = plan_inference_service(service, config, tuple(needs))
     units += service_units.values()
     units += [plan_deploy_gate(s, service_units[s.name]) for s in services if s.enabled]
+    for bench in config.benchmarks_in(vmid):
+        extra: tuple[str, ...] = ()
+        if bench.ddtree is not None:
+            from gpuhosts.plans.ddtree_reference import plan_ddtree_checkout
+
+            checkout = plan_ddtree_checkout(vmid, bench, patch_text(bench), (last_restart,))
+            units.append(checkout)
+            extra = (checkout.key, download_of[bench.ddtree.drafter.path])
+        units.append(plan_benchmark(bench, config, service_units, benchmark_needs(bench, config, extra)))
     return units

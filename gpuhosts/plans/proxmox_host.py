@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 from gpuhosts.compat_data import model_facts
+from gpuhosts.plans.benchmark import summarize_benchmark
 from gpuhosts.plans.container_services import plan_container_services
 from gpuhosts.plans.deploy_gate import gate_settings
 from gpuhosts.plans.drafter_config import target_layer_ids
@@ -64,6 +65,7 @@ def summarize_host(config: StackConfig) -> dict:
                 "modelStore": None if c.model_store is None else {"hostPath": c.model_store.host_path,
                                                                   "path": c.model_store.path},
                 "services": {service.name: summarize_service(service, config) for service in config.services_in(c.vmid)},
+                "benchmarks": {bench.name: summarize_benchmark(bench) for bench in config.benchmarks_in(c.vmid)},
             }
             for c in config.containers
         },

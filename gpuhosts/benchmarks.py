@@ -1,0 +1,299 @@
+"""Typed configuration of `gpuhosts:benchmarks`: speculative-decoding bake-offs on the GPUs a container's services
+share.
+
+A benchmark names the services it compares (they take turns on the same GPUs), a fixed prompt set (short chat,
+code, a tool call and one long-context request), the figures to report, and optionally the DDTree authors' own
+benchmark as a reference run on the same GPUs (liranringel/ddtree at a full commit, with a declared patch for the
+GDN-hybrid model). Field rules live on the models; rules against the services and the rest of the stack live in
+`benchmark_problems`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from gpuhosts.config import NAMESPACE, Problem, _Model, _validate_at
+from gpuhosts.services import SERVICE_NAME, DrafterSpec, ServiceConfig
+
+DDTREE_REPOSITORY = "https://github.com/liranringel/ddtree"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Patches live in the project, where a pull request shows them; only this folder, only plain names.
+PATCH_DIR = "stacks/patches"
+PATCH_PATH = re.compile(r"^stacks/patches/[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.patch$")
+# liranringel/ddtree requirements.txt at c96427a, less flash-attn (the patch makes it optional), ninja (its C++
+# cache compaction falls back to Python without it: ddtree.py `maybe_enable_cpp_compact`) and matplotlib (plots only).
+DDTREE_IMPORTS = ("torch", "transformers", "datasets", "loguru", "numpy", "tqdm", "typing-extensions")
+# liranringel/ddtree model/utils.py `load_and_process_dataset` at c96427a: the names it loads; anything else raises.
+DDTREE_DATASETS = ("gsm8k", "math500", "aime24", "aime25", "alpaca", "mt-bench", "humaneval", "mbpp", "lbpp",
+                   "swe-bench", "livecodebench")
+MIN_LONG_CONTEXT = 100_000
+
+SHORT_CHAT = "In three sentences, explain why the sky is blue."
+CODE = ("Write a Python function `merge_intervals(intervals)` that merges overlapping closed intervals, with type "
+        "hints, a docstring and three doctest examples.")
+TOOL_CALL = "What is the weather in Zurich right now, in degrees Celsius? Use the tool."
+LONG_QUESTION = "Above are shipping notes. Which code word does the note about the harbour in Bergen give?"
+
+
+class Measure(str, Enum):
+    DECODE = "decodeTokensPerS"
+    TTFT = "ttftS"
+    ACCEPTANCE_LENGTH = "acceptanceLength"
+    ACCEPTANCE_RATE = "acceptanceRate"
+    LONG_CONTEXT = "longContextDecodeRatio"
+
+
+class LongContext(_Model):
+    context_tokens: int = Field(
+        120_000, ge=MIN_LONG_CONTEXT, le=1_048_576,
+        description="Prompt tokens of the long-context request, at least 100000; every service's contextLength must "
+                    "hold them plus maxTokens. Default 120000.")
+    question: str = Field(LONG_QUESTION, min_length=1, max_length=2000,
+                          description="What the long prompt ends with; the rest is generated filler notes.")
+
+
+class PromptSet(_Model):
+    short_chat: str = Field(SHORT_CHAT, min_length=1, max_length=4000, description="A short chat turn.")
+    code: str = Field(CODE, min_length=1, max_length=4000, description="A coding request.")
+    tool_call: str = Field(TOOL_CALL, min_length=1, max_length=4000,
+                           description="A turn answered with a call of the benchmark's `get_weather` tool.")
+    long_context: LongContext = Field(LongContext(), description="The long-context request.")
+    max_tokens: int = Field(256, ge=16, le=4096, description="Tokens generated per request. Default 256.")
+
+
+class DDTreePatch(_Model):
+    file: str = Field(description="The patch, in the project: stacks/patches/NAME.patch (applied with `git apply`).")
+    sha256: str = Field(description="sha256 of the patch file; a changed file must change it too, as a reviewer sees.")
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, value: str) -> str:
+        if not PATCH_PATH.match(value):
+            raise ValueError(f"{value!r} is not a patch of the project; put it in {PATCH_DIR}/NAME.patch")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, value: str) -> str:
+        if not SHA256.match(value):
+            raise ValueError(f"{value!r} is not a sha256 (64 lower-case hex digits); `sha256sum` the patch")
+        return value
+
+
+class DDTreeReference(_Model):
+    repository: str = Field(DDTREE_REPOSITORY, description="The DDTree authors' repository. Default liranringel/ddtree.")
+    commit: str = Field(description="The full 40-hex commit to run; branches move, a commit does not.")
+    patch: DDTreePatch = Field(description="The declared patch that makes the reference run the GDN-hybrid target.")
+    drafter: DrafterSpec = Field(description="The DFlash drafter DDTree drafts with (`--draft-name-or-path`).")
+    environment_of: str = Field(
+        description="The benchmark's service whose locked environment runs DDTree's benchmark.py; its lock must hold "
+                    "what DDTree imports (torch, transformers, datasets, loguru, numpy, tqdm).")
+    dataset: str = Field("mt-bench", description="The data set its benchmark.py loads (`--dataset`). Default mt-bench.")
+    max_samples: int = Field(16, ge=1, le=1000, description="`--max-samples`. Default 16.")
+    max_new_tokens: int = Field(512, ge=16, le=16384, description="`--max-new-tokens`. Default 512.")
+    tree_budgets: tuple[int, ...] = Field((16, 32, 64, 128, 256, 512, 1024),
+                                          description="`--tree-budget` values. Default the script's own.")
+    temperature: float = Field(0.0, ge=0, le=2, description="`--temperature`. Default 0.")
+    python: str = Field("3.12", pattern=r"^3\.\d{1,2}$", description="Python of its environment. Default 3.12.")
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        if not re.match(r"^https://[A-Za-z0-9.-]+(/[A-Za-z0-9._-]+){2}$", value):
+            raise ValueError(f"{value!r} is not a repository URL (https://host/owner/name)")
+        return value
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, value: str) -> str:
+        if not COMMIT.match(value):
+            raise ValueError(f"{value!r} is not a full commit; give all 40 hex digits (`git rev-parse HEAD`)")
+        return value
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, value: str) -> str:
+        if value not in DDTREE_DATASETS:
+            raise ValueError(f"{value!r} is not a data set DDTree's benchmark.py loads ({', '.join(DDTREE_DATASETS)})")
+        return value
+
+    @field_validator("tree_budgets")
+    @classmethod
+    def _budgets(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or any(b < 1 or b > 4096 for b in value) or len(set(value)) != len(value):
+            raise ValueError("must list distinct tree budgets from 1 to 4096")
+        return value
+
+
+class BenchmarkConfig(_Model):
+    name: str = Field(description="Benchmark name: its unit is ct<vmid>-bench-<name>; results under "
+                                  "/var/lib/gpuhosts/benchmarks/ct<vmid>-<name>/ on the host.")
+    container: int = Field(description="vmid of the container whose services it compares.")
+    services: tuple[str, ...] = Field(description="The services compared, in turn, on the GPUs they share.")
+    prompts: PromptSet = Field(PromptSet(), description="The fixed prompt set.")
+    measure: tuple[Measure, ...] = Field(tuple(Measure), description="The figures to report. Default all.")
+    ddtree: DDTreeReference | None = Field(None, description="The DDTree reference run. Default none.")
+    run_id: str | None = Field(None, description="Change it to run the benchmark again with unchanged inputs.")
+    ready_timeout_s: int = Field(1800, ge=30, description="How long each service may take to answer /health.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not SERVICE_NAME.match(value):
+            raise ValueError("must be lower-case letters, digits and '-', starting with a letter, e.g. spec-bakeoff")
+        return value
+
+    @field_validator("services")
+    @classmethod
+    def _services(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("must name at least one service to measure")
+        if len(set(value)) != len(value):
+            raise ValueError("names a service twice")
+        return value
+
+    @field_validator("measure")
+    @classmethod
+    def _measure(cls, value: tuple[Measure, ...]) -> tuple[Measure, ...]:
+        if not value:
+            raise ValueError(f"must name a figure: {', '.join(m.value for m in Measure)}")
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("run_id", mode="before")
+    @classmethod
+    def _run_id(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        text = str(value)
+        if not RUN_ID.match(text):
+            raise ValueError(f"{text!r} is not a run id: letters, digits, '.', '_' and '-', up to 64")
+        return text
+
+    @model_validator(mode="after")
+    def _unit_key(self) -> "BenchmarkConfig":
+        # ct<vmid>-bench-<name> is a unit key: 63 characters at most.
+        if len(f"ct{self.container}-bench-{self.name}") > 63:
+            raise ValueError(f"name {self.name!r} is too long for its unit key; shorten it")
+        return self
+
+
+def _path(index: int, field: str = "") -> str:
+    return f"{NAMESPACE}:benchmarks[{index}]" + (f".{field}" if field else "")
+
+
+def validate_benchmark_entries(raw: Any, problems: list[Problem]) -> list[tuple[int, BenchmarkConfig]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        problems.append(Problem(path=f"{NAMESPACE}:benchmarks", message="must be a list"))
+        return []
+    checked = [(i, _validate_at(BenchmarkConfig, item, ("benchmarks", i), problems)) for i, item in enumerate(raw)]
+    return [(i, b) for i, b in checked if b is not None]
+
+
+def patch_digest(project_root: Path, file: str) -> str | None:
+    path = project_root / file
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def benchmark_problems(benchmarks: list[tuple[int, BenchmarkConfig]], services: tuple[ServiceConfig, ...],
+                       vmids: set[int], secret_keys: set[str], project_root: Path) -> list[Problem]:
+    """Rules of the benchmarks against the stack's containers and services, and against the project's patches."""
+    problems: list[Problem] = []
+
+    def add(index: int, field: str, message: str) -> None:
+        problems.append(Problem(path=_path(index, field), message=message))
+
+    by_name = {s.name: s for s in services}
+    names: dict[str, int] = {}
+    for index, bench in benchmarks:
+        if bench.name in names:
+            add(index, "name", f"{bench.name!r} is already declared as benchmarks[{names[bench.name]}]; names are unique")
+        names.setdefault(bench.name, index)
+        if bench.container not in vmids:
+            add(index, "container", f"container {bench.container} is not declared in {NAMESPACE}:containers")
+        compared = []
+        for position, name in enumerate(bench.services):
+            service = by_name.get(name)
+            if service is None:
+                add(index, f"services[{position}]", f"{name!r} is not a declared service ({', '.join(by_name) or 'none'})")
+            elif service.container != bench.container:
+                add(index, f"services[{position}]", f"{name!r} runs in container {service.container}, not in "
+                    f"{bench.container}: a benchmark compares the services of one container on its GPUs")
+            else:
+                compared.append((position, service))
+        prompts = bench.prompts
+        needed = prompts.long_context.context_tokens + prompts.max_tokens
+        for position, service in compared:
+            if service.context_length is not None and service.context_length < needed:
+                add(index, "prompts.longContext.contextTokens",
+                    f"{prompts.long_context.context_tokens} prompt tokens + maxTokens {prompts.max_tokens} do not fit "
+                    f"{name_of(service)}'s contextLength {service.context_length}; lower contextTokens or raise its "
+                    "contextLength")
+            if service.tool_call_parser is None:
+                add(index, f"services[{position}]", f"{name_of(service)} has no toolCallParser, so the tool-call prompt "
+                    "cannot be answered with a call (vLLM refuses `tool_choice: auto` without one); set toolCallParser")
+        models = {(s.model.repo, s.model.revision, s.model.path) for _, s in compared}
+        if len(models) > 1:
+            add(index, "services", "compares services that serve different models or weights ("
+                + ", ".join(sorted(f"{r}@{v}" for r, v, _ in models)) + "); a bake-off compares one model")
+        reference = bench.ddtree
+        if reference is None:
+            continue
+        if reference.drafter.gated and "hfToken" not in secret_keys:
+            add(index, "ddtree.drafter.gated", f"{reference.drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
+                f"`pulumi config set --secret {NAMESPACE}:hfToken`")
+        if reference.environment_of not in bench.services:
+            add(index, "ddtree.environmentOf", f"{reference.environment_of!r} is not one of this benchmark's services "
+                f"({', '.join(bench.services)})")
+        elif reference.environment_of in by_name:
+            lacking = environment_lacks(by_name[reference.environment_of], DDTREE_IMPORTS)
+            if lacking:
+                add(index, "ddtree.environmentOf", f"the environment of {reference.environment_of} lacks "
+                    f"{', '.join(lacking)}, which DDTree's benchmark.py imports; name a service whose lock holds them")
+        actual = patch_digest(project_root, reference.patch.file)
+        if actual is None:
+            add(index, "ddtree.patch.file", f"{reference.patch.file} does not exist in the project; add the patch there")
+        elif actual != reference.patch.sha256:
+            add(index, "ddtree.patch.sha256", f"is {reference.patch.sha256[:12]}…, but {reference.patch.file} has "
+                f"sha256 {actual}; review the patch and put in its digest")
+        for other in services:
+            drafter = other.speculative.drafter
+            if (other.container == bench.container and drafter is not None and drafter.path == reference.drafter.path
+                    and (drafter.repo, drafter.revision) != (reference.drafter.repo, reference.drafter.revision)):
+                add(index, "ddtree.drafter.localDir", f"{drafter.path} is also {other.name}'s drafter directory with "
+                    f"{drafter.repo}@{drafter.revision}; give the same repo and revision, or another localDir")
+    return problems
+
+
+def environment_lacks(service: ServiceConfig, packages: tuple[str, ...]) -> list[str]:
+    """The packages the committed lock of the service's environment does not pin (all, when it has no lock: the
+    lock rules name that field on their own)."""
+    from gpuhosts.plans.python_env import env_lock, service_env
+
+    path = env_lock(service_env(service)).path()
+    pinned = set(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", path.read_text(), re.M)) if path.is_file() else set()
+    pinned = {name.lower().replace("_", "-") for name in pinned}
+    return [name for name in packages if name not in pinned]
+
+
+def name_of(service: ServiceConfig) -> str:
+    return f"service {service.name}"
+
+
+def referenced_benchmark_secrets(raw: Any) -> set[str]:
+    """hfToken, when a raw `gpuhosts:benchmarks` value's DDTree drafter is gated."""
+    for entry in raw if isinstance(raw, list) else []:
+        reference = entry.get("ddtree") if isinstance(entry, dict) else None
+        drafter = reference.get("drafter") if isinstance(reference, dict) else None
+        if isinstance(drafter, dict) and drafter.get("gated") is True:
+            return {"hfToken"}
+    return set()
