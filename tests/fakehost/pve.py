@@ -369,7 +369,9 @@ def sync_mounts(r, vmid, want: dict):
 
 
 def ct_power_off(r, vmid):
-    """What goes with the container's processes: its mounts and its tmpfs."""
+    """What goes with the container's processes: its engines, its mounts and its tmpfs."""
+    from .engines import stop_container
+    stop_container(ct_root(r, vmid))
     sync_mounts(r, vmid, {})
     shutil.rmtree(ct_root(r, vmid) / "run", ignore_errors=True)
 

@@ -160,6 +160,11 @@ def cmd_venv_python(argv):
         if "speculators" not in packages(venv):
             raise Fail("ModuleNotFoundError: No module named 'speculators'", 1)
         return prepare_data(argv[1:])
+    if "sglang" in packages(venv):
+        from .engines import ENGINE_MODULES, serving
+        if serving():
+            # the launcher gpuhosts installs ends in runpy.run_module("sglang.launch_server"): the stand-in module
+            os.environ["PYTHONPATH"] = ":".join([str(ENGINE_MODULES), *filter(None, [os.environ.get("PYTHONPATH")])])
     exec_real(argv)
 
 
@@ -471,6 +476,9 @@ def cmd_vllm(argv):
     if argv in (["--version"], ["-v"]):
         print(packages(here())["vllm"]["version"])
         return 0
+    from .engines import serve, serving
+    if argv[:1] == ["serve"] and serving():
+        return serve("vllm", argv[1:])
     raise Fail("fakehost: only `vllm --version` is simulated (tests cannot keep a server running)", 2)
 
 

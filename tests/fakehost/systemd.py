@@ -2,8 +2,9 @@
 
 Enabling writes the ``<target>.wants/`` links; starting runs ExecStartPre=/ExecStart= of oneshot and
 forking units with the stand-ins (``/usr/bin/nvidia-modprobe`` runs the ``nvidia-modprobe`` stand-in).
-Long-running services (Type=simple/exec/notify) whose program is not a stand-in are only marked active:
-tests cannot keep a server process alive. Active state lives under ``run/``. What systemd checks when it spawns
+Long-running services (Type=simple/exec/notify) whose program is not a stand-in are only marked active, unless
+the host setting ``serve_engines`` is on and the unit is a container's: then fakehost.engines runs the process
+for real and its state is the process's. Active state lives under ``run/``. What systemd checks when it spawns
 the service is checked: WorkingDirectory=, EnvironmentFile= and that the program exists. A Type=simple unit that
 fails there still starts "successfully" (systemd reports it only afterwards) and is then failed.
 """
@@ -12,7 +13,7 @@ import os
 import shlex
 import sys
 
-from . import BIN, kernel
+from . import BIN, engines, kernel
 from .system import run_argv
 from .util import Fail, root, write
 
@@ -61,6 +62,8 @@ def wants_links(r, name):
 
 
 def is_active(r, name) -> bool:
+    if engines.tracked(r, name):
+        return engines.state(r, name)[0] == "active"
     return (r / ACTIVE / name).exists()
 
 
@@ -113,12 +116,17 @@ def spawn_problem(r, u, argv) -> str | None:
 def start(r, name, extra_env=None) -> int:
     """extra_env: what the process needs to know besides the unit's environment (for a container's units)."""
     u = unit(r, name)
+    if engines.tracked(r, name):
+        if engines.alive(r, name):
+            return 0  # starting a started unit does nothing
+        engines.stop(r, name)  # what a failed run left
     typ = u.get("Service.Type", ["simple"])[-1]
     env = dict(extra_env or {})
     env.update(specifiers(kv).split("=", 1) for e in u.get("Service.Environment", []) for kv in shlex.split(e)
                if "=" in kv)
     for f in u.get("Service.EnvironmentFile", []):
         env.update(env_file(r, f) or {})
+    in_container = bool(env.get("FAKEHOST_CONTAINER") or os.environ.get("FAKEHOST_CONTAINER"))
     for key in ("Service.ExecStartPre", "Service.ExecStart"):
         for line in u.get(key, []):
             ignore = line.startswith("-")
@@ -129,7 +137,10 @@ def start(r, name, extra_env=None) -> int:
                     write(r / ACTIVE / (name + ".failed"), "")
                     (r / ACTIVE / name).unlink(missing_ok=True)
                     return 0 if typ == "simple" else 1
-                continue  # a server: marked active, not run
+                if in_container and engines.serving():
+                    # Type=simple: the start is done once the process is forked (systemd.service(5) Type=)
+                    engines.spawn(r, name, u, argv, env)
+                continue  # a server: marked active (or run by engines), not waited for
             rc = run_argv(r, argv, env)
             if rc and not ignore:
                 write(r / ACTIVE / (name + ".failed"), "")
@@ -142,6 +153,8 @@ def start(r, name, extra_env=None) -> int:
 
 def stop(r, name):
     u = unit(r, name)
+    if engines.tracked(r, name):
+        engines.stop(r, name)
     for line in u.get("Service.ExecStop", []):
         run_argv(r, shlex.split(line.lstrip("-@+!:")))
     if any(os.path.basename(shlex.split(l.lstrip("-@+!:"))[0]) == "nvidia-persistenced"
@@ -243,6 +256,8 @@ def boot_order(r, names, anchor=PVE_GUESTS) -> tuple[list, list]:
 
 
 def state(r, name) -> str:
+    if engines.tracked(r, name):
+        return engines.state(r, name)[0]
     return "active" if is_active(r, name) else "failed" if (r / ACTIVE / (name + ".failed")).exists() else "inactive"
 
 
@@ -260,7 +275,10 @@ def properties(r, name) -> dict:
     typ = u.get("Service.Type", ["simple"])[-1]
     active = state(r, name)
     sub = {"failed": "failed", "inactive": "dead"}.get(active, "exited" if typ == "oneshot" else "running")
-    return {"Type": typ, "Result": "exit-code" if active == "failed" else "success", "Id": name,
+    result = "exit-code" if active == "failed" else "success"
+    if engines.tracked(r, name):
+        active, sub, result = engines.state(r, name)
+    return {"Type": typ, "Result": result, "Id": name,
             "LoadState": "loaded" if u else "not-found", "ActiveState": active, "SubState": sub,
             "UnitFileState": file_state(r, name)}
 
@@ -269,7 +287,8 @@ def cmd_journalctl(argv):
     return 0  # the services never ran for real: there is nothing to show
 
 
-STATUS_ACTIVE = {"active": "active (running)", "inactive": "inactive (dead)", "failed": "failed (Result: exit-code)"}
+STATUS_ACTIVE = {"active": "active (running)", "inactive": "inactive (dead)", "failed": "failed (Result: exit-code)",
+                 "activating": "activating (auto-restart) (Result: exit-code)"}
 SYSTEMCTL_VALUES = ("-p", "--property", "-n", "--lines", "-o", "--output", "-s", "--signal", "-H", "--host")
 
 
@@ -300,7 +319,7 @@ def cmd_systemctl(argv):
         if sub in ("start", "restart", "reload-or-restart", "try-restart") or (sub == "enable" and now):
             if sub == "enable":
                 enable(r, n, quiet)
-            if sub != "start" and is_active(r, n):
+            if sub != "start" and (is_active(r, n) or engines.tracked(r, n)):
                 stop(r, n)
             if sub == "try-restart" and not is_active(r, n):
                 continue
