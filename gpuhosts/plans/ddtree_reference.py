@@ -60,7 +60,7 @@ def plan_ddtree_checkout(vmid: int, bench: BenchmarkConfig, patch_text: str, nee
     marker = checkout_marker(reference, patch_text)
     values = dict(unit=unit, vmid=vmid, bench=bench.name, repository=reference.repository, commit=reference.commit,
                   checkout=checkout, patch=patch, patch_name=reference.patch.file, marker=marker,
-                  ddtree_root=DDTREE_ROOT)
+                  ddtree_root=DDTREE_ROOT, service_root=SERVICE_ROOT)
     facts = [*files_facts([patch]),
              Fact(f"ddtree checkout {checkout}",
                   f'cat "$root"{shlex.quote(checkout + "/" + MARKER)} || echo missing', marker)]
