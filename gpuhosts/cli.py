@@ -1,4 +1,5 @@
-"""`gpuhosts plan STACK [--stack-file FILE] [--out DIR]`: the offline plan of a stack."""
+"""`gpuhosts plan STACK [--stack-file FILE] [--out DIR]`: the offline plan of a stack; `diff`, `check` and `bench`
+have modules of their own."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+from gpuhosts import bench_cli
 from gpuhosts import check as live_check
 from gpuhosts import diff
 from gpuhosts.config import ConfigError
@@ -34,9 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         return diff.main(argv[1:], STACK_NAME)
     # `gpuhosts check STACK`: the units' probes on the live host, drift reported (gpuhosts/check.py).
     live_check.add_subparser(commands)
+    # `gpuhosts bench STACK NAME`: a declared benchmark measured again now (gpuhosts/bench_cli.py).
+    bench_cli.add_subparser(commands)
     args = parser.parse_args(argv)
     if args.command == "check":
         return live_check.run(args, STACK_NAME)
+    if args.command == "bench":
+        return bench_cli.run(args, STACK_NAME)
 
     if not STACK_NAME.match(args.stack):
         print(f"gpuhosts plan: {args.stack!r} is not a stack name (letters, digits, '-', '_', '.'; as `pulumi stack "

@@ -14,6 +14,7 @@ from enum import Enum
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from gpuhosts.benchmarks import BenchmarkConfig
 from gpuhosts.config import KIND_HELP, NAMESPACE, ContainerConfig, GpuConfig, HostConfig, NvidiaConfig
 from gpuhosts.plan import load_stack, read_stack_file, stand_in_secrets
 from gpuhosts.render import PROJECT_ROOT
@@ -22,7 +23,8 @@ from gpuhosts.training import NodeConfig, TrainingConfig
 
 KINDS = {
     "proxmox": [("host", HostConfig, False), ("nvidia", NvidiaConfig, False), ("gpus[]", GpuConfig, True),
-                ("containers[]", ContainerConfig, True), ("services[]", ServiceConfig, True)],
+                ("containers[]", ContainerConfig, True), ("services[]", ServiceConfig, True),
+                ("benchmarks[]", BenchmarkConfig, True)],
     "trainer": [("node", NodeConfig, False), ("training", TrainingConfig, False)],
 }
 SECRETS = {

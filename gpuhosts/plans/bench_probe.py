@@ -56,8 +56,14 @@ COLUMNS = {
 
 def load_gate(path: str):
     """The deploy gate's module from the script the service units install (its functions, not a copy of them)."""
-    spec = importlib.util.spec_from_file_location("gpuhosts_gate_probe", path)
+    return load_module("gpuhosts_gate_probe", path)
+
+
+def load_module(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    # dataclasses look their module up in sys.modules while the class is made.
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -215,8 +221,7 @@ def summarise_service(settings: dict, result: dict) -> dict:
         "acceptanceRate": overall["rate"] if settings["speculative"] else None,
         "longContextDecodeRatio": long / short if long is not None and short else None,
     }
-    if settings["speculative"] and figures["acceptanceLength"] is None and not any(
-            "acceptance" in f or "/metrics" in f for f in result["failures"]):
+    if settings["speculative"] and figures["acceptanceLength"] is None and not result["failures"]:
         result["failures"].append("acceptance not reported by /metrics (speculative decoding off, or metrics disabled)")
     result["figures"] = figures
     result["passed"] = not result["failures"]
@@ -338,9 +343,7 @@ def run_ddtree(result_script: str, job: dict[str, Any]) -> dict[str, Any]:
         result = {"failures": [f"benchmark.py exited with status {status}; the end of {job['log']}: "
                                + " / ".join(tail)]}
     else:
-        spec = importlib.util.spec_from_file_location("gpuhosts_ddtree_result", result_script)
-        reader = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(reader)
+        reader = load_module("gpuhosts_ddtree_result", result_script)
         try:
             result = reader.summarise(reader.load_run_data(job["save"]))
         except Exception as error:  # a run the parser cannot read is this job's failure, named, not a crash

@@ -1,0 +1,106 @@
+"""The bake-off's table: one row per service and per DDTree method, the benchmark's figures as columns, failures
+named in the row; and how the long-context request is sized from the engine's own token counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuhosts.plans.bench_probe import build_table, filler, markdown, notes_for, summarise_service
+
+ALL = ["decodeTokensPerS", "ttftS", "acceptanceLength", "acceptanceRate", "longContextDecodeRatio"]
+
+
+def service(name="qwen-sglang", engine="sglang", method="mtp", passed=True, failures=(), **figures):
+    base = {name: None for name in ALL}
+    base.update(figures)
+    return {"service": name, "engine": engine, "method": method, "passed": passed, "failures": list(failures),
+            "figures": base}
+
+
+# What gpuhosts/plans/ddtree_result.py `summarise` gives for a run (tests/fixtures/ddtree/*.expected.json).
+DDTREE = {"best": "ddtree_tb64", "bestBudget": 64,
+          "methods": {"baseline": {"acceptanceLength": 1.0}, "dflash": {"acceptanceLength": 1.59},
+                      "ddtree_tb64": {"acceptanceLength": 1.67}}}
+
+TABLES = [
+    ("two services, all figures",
+     ALL, [service(decodeTokensPerS=73.5, ttftS=0.21, acceptanceLength=3.1, acceptanceRate=0.7,
+                   longContextDecodeRatio=0.88),
+           service("qwen-vllm-dflash", "vllm", "dflash", decodeTokensPerS=51.0, ttftS=0.3, acceptanceLength=1.59,
+                   acceptanceRate=0.04, longContextDecodeRatio=0.8)], None,
+     [["qwen-sglang", "sglang mtp", 73.5, 0.21, 3.1, 0.7, 0.88, "ok"],
+      ["qwen-vllm-dflash", "vllm dflash", 51.0, 0.3, 1.59, 0.04, 0.8, "ok"]]),
+    ("only the figures asked for",
+     ["acceptanceLength"], [service(decodeTokensPerS=73.5, acceptanceLength=3.1)], None,
+     [["qwen-sglang", "sglang mtp", 3.1, "ok"]]),
+    ("a failed service keeps its row and says why",
+     ALL, [service(passed=False, failures=["engine not healthy after 30 s: /health answered 503"])], None,
+     [["qwen-sglang", "sglang mtp", None, None, None, None, None,
+       "failed: engine not healthy after 30 s: /health answered 503"]]),
+    ("the reference adds its best budget and DFlash, acceptance length only",
+     ALL, [service(acceptanceLength=3.1)], DDTREE,
+     [["qwen-sglang", "sglang mtp", None, None, 3.1, None, None, "ok"],
+      ["ddtree reference", "DDTree (budget 64)", None, None, 1.67, None, None, "ok"],
+      ["ddtree reference", "DFlash", None, None, 1.59, None, None, "ok"]]),
+    ("a failed reference is one row naming the failure",
+     ["acceptanceLength"], [service(acceptanceLength=3.1)], {"failures": ["benchmark.py exited with status 1"]},
+     [["qwen-sglang", "sglang mtp", 3.1, "ok"],
+      ["ddtree reference", "DDTree", None, "failed: benchmark.py exited with status 1"]]),
+]
+
+
+@pytest.mark.parametrize("case, measure, services, ddtree, rows", TABLES, ids=[t[0] for t in TABLES])
+def test_the_table_has_a_row_per_run_and_a_column_per_figure(case, measure, services, ddtree, rows):
+    table = build_table(measure, services, ddtree)
+    assert table["columns"] == ["run", "method", *measure, "status"]
+    assert [[row[c] for c in table["columns"]] for row in table["rows"]] == rows
+
+
+def test_the_markdown_page_shows_units_and_dashes_for_what_a_run_cannot_have():
+    table = build_table(ALL, [service(decodeTokensPerS=73.46, ttftS=0.214, acceptanceLength=3.1, acceptanceRate=0.7,
+                                      longContextDecodeRatio=0.88)], DDTREE)
+    page = markdown("Benchmark spec-bakeoff", table).splitlines()
+    assert page[0] == "# Benchmark spec-bakeoff"
+    assert page[2] == ("| run | method | decode tok/s | TTFT s | acceptance length | acceptance rate | long/short decode "
+                       "| status |")
+    assert page[4] == "| qwen-sglang | sglang mtp | 73.5 | 0.21 | 3.10 | 70.0% | 0.88 | ok |"
+    assert page[5] == "| ddtree reference | DDTree (budget 64) | — | — | 1.67 | — | — | ok |"
+
+
+def test_a_failure_text_cannot_break_the_markdown_table():
+    table = build_table(["ttftS"], [service(passed=False, failures=["answered 400: a | b"])], None)
+    row = markdown("t", table).splitlines()[-1]
+    assert row.endswith("| failed: answered 400: a \\| b |")
+
+
+SETTINGS = {"speculative": True}
+
+
+@pytest.mark.parametrize("prompts, expected", [
+    ({"shortChat": {"decodeTokensPerS": 60.0, "ttftS": 0.2}, "code": {"decodeTokensPerS": 80.0},
+      "toolCall": {"decodeTokensPerS": 70.0}, "longContext": {"decodeTokensPerS": 61.6}},
+     {"decodeTokensPerS": 70.0, "ttftS": 0.2, "longContextDecodeRatio": 0.88}),
+    ({"shortChat": {"decodeTokensPerS": 60.0, "ttftS": 0.2}}, {"decodeTokensPerS": 60.0, "longContextDecodeRatio": None}),
+], ids=["all prompts", "long context failed"])
+def test_decode_is_the_short_prompts_mean_and_long_context_is_its_ratio(prompts, expected):
+    result = summarise_service(SETTINGS, {"prompts": prompts, "failures": [],
+                                          "acceptance": {"length": 3.0, "rate": 0.5}})
+    for name, value in expected.items():
+        assert result["figures"][name] == pytest.approx(value) if value is not None else result["figures"][name] is None
+
+
+def test_a_speculative_service_without_acceptance_figures_fails():
+    result = summarise_service(SETTINGS, {"prompts": {"shortChat": {"decodeTokensPerS": 60.0}}, "failures": []})
+    assert not result["passed"] and "acceptance not reported by /metrics" in result["failures"][0]
+
+
+@pytest.mark.parametrize("per_note, overhead, target", [(18.0, 30, 120_000), (25.5, 12, 100_000), (9.0, 400, 131_000)])
+def test_the_long_prompt_is_sized_from_two_calibration_points(per_note, overhead, target):
+    tokens = lambda notes: int(overhead + per_note * notes)
+    notes = notes_for(target, (20, tokens(20)), (200, tokens(200)))
+    assert tokens(notes) >= target and tokens(notes - 2) < target
+
+
+def test_the_filler_is_deterministic_and_holds_the_needle_once():
+    assert filler(500) == filler(500)
+    assert filler(500).count("Bergen") == 1 and len(filler(500).splitlines()) == 501

@@ -1,0 +1,181 @@
+"""The Benchmark unit on the simulated kpro5, against engine stand-ins the container really runs (host setting
+`serve_engines`: `systemctl start` runs the unit's ExecStart and the engine answers as its flags say;
+tests/fakehost/engines.py). The figures an engine's metrics decide are exact here; the timed ones are only checked
+to be there (a benchmark measures time, a test does not)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import KPRO5_SECRETS, kpro5_values
+from fakehost import engines, host_env
+from fakehost.installer import make_fake_run
+from fakehost.tree import seed_kpro5
+from fakehost.util import configure
+from gpuhosts.bench_cli import forced
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.protocol import parse_facts, parse_result
+from gpuhosts.stacks import validate_stack
+from sshhost import free_port
+
+VERSION = "580.126.09"
+SECRETS = {"hfToken": "hf_BenchTestToken7d2c91", "llmApiKey": "sk-bench-test-key-5a0e3f"}
+CT = "var/lib/lxc/129/rootfs"
+SGLANG, VLLM = "gpuhosts-qwen-sglang.service", "gpuhosts-qwen-vllm-dflash.service"
+RESULTS = "var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff"
+BEHAVIOUR = {"qwen-sglang": {"acceptance_length": 3.1, "acceptance_rate": 0.7, "tokens": 40,
+                             "long_context_slowdown": 0.12},
+             "qwen-vllm-dflash": {"accept_rate": 0.04, "tokens": 40}}
+
+
+def stack_values(ports: tuple[int, int], run_file: Path, sha256: str) -> dict:
+    values = kpro5_values()
+    values["nvidia"].update(url=f"file://{run_file}", sha256=sha256)
+    for service, port in zip(values["services"], ports):
+        service.update(port=port, bind="127.0.0.1")
+        service["gate"].update(readyTimeoutS=30, maxTokens=32)
+    bench = values["benchmarks"][0]
+    bench.pop("ddtree")  # the reference job has its own test below
+    bench.update(readyTimeoutS=30)
+    bench["prompts"].update(maxTokens=32, longContext={"contextTokens": 100000})
+    return values
+
+
+def run(tree: Path, script: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], input=stdin, capture_output=True, text=True, env=host_env(tree),
+                          timeout=300)
+
+
+def apply(tree: Path, unit, script: str | None = None) -> subprocess.CompletedProcess:
+    stdin = SECRETS[unit.stdin_secret] + "\n" if unit.stdin_secret else ""
+    return run(tree, script or unit.ensure, stdin)
+
+
+def pct(tree: Path, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["pct", "exec", "129", "--", *argv], capture_output=True, text=True, env=host_env(tree),
+                          timeout=60)
+
+
+def state(tree: Path, unit_name: str) -> str:
+    return pct(tree, "systemctl", "is-active", unit_name).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """kpro5 converged with both services installed in container 129, before any engine ran (serve_engines off)."""
+    root = tmp_path_factory.mktemp("bench")
+    run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
+    sha256 = make_fake_run(run_file, VERSION)
+    tree = seed_kpro5(root / "kpro5")
+    values = stack_values((free_port(), free_port()), run_file, sha256)
+    graph = plan_host(validate_stack(values, KPRO5_SECRETS))
+    for unit in graph.apply_order:
+        if unit.kind not in ("DeployGate", "Benchmark"):
+            result = apply(tree, unit)
+            assert result.returncode == 0, f"{unit.key}:\n{result.stdout}\n{result.stderr}"
+    return tree, graph
+
+
+@pytest.fixture
+def host(installed, tmp_path):
+    """A copy with the declared state running: SGLang started (enabled), vLLM stopped; the engines really run."""
+    source, graph = installed
+    tree = tmp_path / "kpro5"
+    shutil.copytree(source, tree, symlinks=True)
+    configure(tree, serve_engines=True, engine_behaviour=BEHAVIOUR)
+    try:
+        assert pct(tree, "systemctl", "restart", SGLANG).returncode == 0
+        yield tree, graph
+    finally:
+        engines.stop_all(tree)
+
+
+def bench_unit(graph):
+    return graph["ct129-bench-spec-bakeoff"]
+
+
+def rows(report: dict) -> dict[str, dict]:
+    return {row["run"] if row["run"] != "ddtree reference" else row["method"]: row for row in report["rows"]}
+
+
+def test_each_service_is_measured_in_turn_and_the_declared_one_runs_again(host):
+    tree, graph = host
+    unit = bench_unit(graph)
+    result = apply(tree, unit)
+    assert result.returncode == 0, result.stdout + result.stderr
+    outcome = parse_result(result.stdout)
+    assert outcome.changed
+    table = rows(outcome.report)
+    sglang, vllm = table["qwen-sglang"], table["qwen-vllm-dflash"]
+    assert (sglang["status"], vllm["status"]) == ("ok", "ok"), outcome.report
+    # SGLang's gauges as its metrics give them; vLLM's from its counters: length 1 + 15 × 0.04, rate 0.04.
+    assert (sglang["acceptanceLength"], sglang["acceptanceRate"]) == (3.1, 0.7)
+    assert vllm["acceptanceLength"] == pytest.approx(1.6) and vllm["acceptanceRate"] == pytest.approx(0.04)
+    for row in (sglang, vllm):
+        assert row["decodeTokensPerS"] > 0 and row["ttftS"] >= 0 and row["longContextDecodeRatio"] > 0
+    assert "measuring qwen-sglang" in result.stdout and "measuring qwen-vllm-dflash" in result.stdout
+    # Back as declared: the enabled SGLang serves, the stopped vLLM is stopped.
+    assert (state(tree, SGLANG), state(tree, VLLM)) == ("active", "inactive")
+    saved = json.loads((tree / RESULTS / "results.json").read_text())
+    assert saved == outcome.report
+    page = (tree / RESULTS / "results.md").read_text()
+    assert "| qwen-sglang | sglang mtp |" in page and "| 3.10 | 70.0% |" in page
+    facts = parse_facts(run(tree, unit.probe).stdout)
+    assert {name: facts[name] for name in unit.desired} == unit.desired
+
+
+def test_unchanged_inputs_measure_nothing_and_the_forced_form_measures_again(host):
+    tree, graph = host
+    unit = bench_unit(graph)
+    assert apply(tree, unit).returncode == 0
+    again = apply(tree, unit)
+    assert again.returncode == 0 and not parse_result(again.stdout).changed
+    assert "measuring" not in again.stdout and parse_result(again.stdout).report["rows"]
+    rerun = apply(tree, unit, forced(unit.ensure, unit.key))
+    assert rerun.returncode == 0 and parse_result(rerun.stdout).changed and "measuring qwen-sglang" in rerun.stdout
+    # The forced run keeps the marker of the same inputs: a refresh after it sees no drift.
+    facts = parse_facts(run(tree, unit.probe).stdout)
+    assert {name: facts[name] for name in unit.desired} == unit.desired
+
+
+def drop_flag(tree: Path, unit_name: str, flag: str) -> None:
+    path = tree / CT / "etc/systemd/system" / unit_name
+    lines = path.read_text().splitlines()
+    kept = [line for line in lines if line.strip().rstrip("\\").strip() != flag]
+    assert len(kept) == len(lines) - 1, f"{flag} is not a line of {unit_name}"
+    path.write_text("\n".join(kept) + "\n")
+    assert pct(tree, "systemctl", "daemon-reload").returncode == 0
+
+
+def test_an_sglang_without_enable_metrics_fails_its_row_and_the_services_are_restored(host):
+    tree, graph = host
+    drop_flag(tree, SGLANG, "--enable-metrics")
+    # As systemd does, a changed unit file reaches the running engine only with a restart.
+    assert pct(tree, "systemctl", "restart", SGLANG).returncode == 0
+    result = apply(tree, bench_unit(graph))
+    assert result.returncode != 0
+    assert "refused: benchmark spec-bakeoff failed" in result.stderr
+    table = rows(json.loads((tree / RESULTS / "results.json").read_text()))
+    assert table["qwen-sglang"]["status"].startswith("failed: /metrics answered 404")
+    assert table["qwen-sglang"]["acceptanceLength"] is None
+    assert table["qwen-vllm-dflash"]["status"] == "ok"
+    assert (state(tree, SGLANG), state(tree, VLLM)) == ("active", "inactive")
+    # No marker for a failed run: the next `pulumi up` measures again.
+    assert not (tree / RESULTS / "inputs").exists()
+
+
+def test_a_service_that_never_becomes_healthy_fails_the_run_and_the_declared_one_serves_again(host):
+    tree, graph = host
+    configure(tree, engine_behaviour={**BEHAVIOUR, "qwen-vllm-dflash": {"fail": "health"}})
+    result = apply(tree, bench_unit(graph))
+    assert result.returncode != 0
+    table = rows(json.loads((tree / RESULTS / "results.json").read_text()))
+    assert "not healthy after 30 s: /health answered 503" in table["qwen-vllm-dflash"]["status"]
+    assert table["qwen-sglang"]["status"] == "ok"
+    assert "services restored as declared: qwen-sglang=running qwen-vllm-dflash=stopped" in result.stdout
+    assert (state(tree, SGLANG), state(tree, VLLM)) == ("active", "inactive")
