@@ -3,6 +3,10 @@ named in the row; and how the long-context request is sized from the engine's ow
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pytest
 
 from gpuhosts.plans.bench_probe import build_table, filler, markdown, notes_for, summarise_service
@@ -18,7 +22,8 @@ def service(name="qwen-sglang", engine="sglang", method="mtp", passed=True, fail
 
 
 # What gpuhosts/plans/ddtree_result.py `summarise` gives for a run (tests/fixtures/ddtree/*.expected.json).
-DDTREE = {"best": "ddtree_tb64", "bestBudget": 64,
+DDTREE = {"ddtree": {"method": "ddtree_tb64", "bestBudget": 64, "acceptanceLength": 1.67, "speedup": 1.4},
+          "dflash": {"acceptanceLength": 1.59, "speedup": 1.3},
           "methods": {"baseline": {"acceptanceLength": 1.0}, "dflash": {"acceptanceLength": 1.59},
                       "ddtree_tb64": {"acceptanceLength": 1.67}}}
 
@@ -104,3 +109,55 @@ def test_the_long_prompt_is_sized_from_two_calibration_points(per_note, overhead
 def test_the_filler_is_deterministic_and_holds_the_needle_once():
     assert filler(500) == filler(500)
     assert filler(500).count("Bergen") == 1 and len(filler(500).splitlines()) == 501
+
+
+STAND_IN = """
+import argparse, os, shutil, sys
+parser = argparse.ArgumentParser()
+for flag in ("--model-name-or-path", "--draft-name-or-path", "--dataset", "--save-path"):
+    parser.add_argument(flag, required=True)
+for flag in ("--max-samples", "--max-new-tokens", "--tree-budget", "--temperature"):
+    parser.add_argument(flag)
+args = parser.parse_args()
+if os.environ.get("STAND_IN_FAIL"):
+    print("torch.OutOfMemoryError: CUDA out of memory", file=sys.stderr)
+    raise SystemExit(1)
+shutil.copy(os.environ["STAND_IN_RUN"], os.environ.get("GPUHOSTS_HOST_ROOT", "") + args.save_path)
+"""
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["saved run", "failed run"])
+def test_the_reference_job_runs_the_script_and_reads_its_saved_run(tmp_path, monkeypatch, fail):
+    """bench.py's `ddtree` command with a stand-in of DDTree's benchmark.py (its flags, its saved run: the fixture
+    torch wrote) and the shipped reader; the figures are the reader's, a failure names the end of the log."""
+    from gpuhosts.plans.bench_probe import run_ddtree
+    from gpuhosts.plans.ddtree_reference import render_ddtree_result_script
+
+    fixtures = Path(__file__).parent / "fixtures" / "ddtree"
+    (tmp_path / "opt/ddtree/c0").mkdir(parents=True)
+    (tmp_path / "opt/ddtree/c0/benchmark.py").write_text(STAND_IN)
+    (tmp_path / "venv/bin").mkdir(parents=True)
+    (tmp_path / "venv/bin/python").symlink_to(sys.executable)
+    reader = tmp_path / "reader.py"
+    reader.write_text(render_ddtree_result_script().content)
+    monkeypatch.setenv("GPUHOSTS_HOST_ROOT", str(tmp_path))
+    monkeypatch.setenv("STAND_IN_RUN", str(fixtures / "run-mt-bench-t0.pt"))
+    if fail:
+        monkeypatch.setenv("STAND_IN_FAIL", "1")
+    save = "/var/lib/b/ddtree/run.pt"
+    job = {"argv": ["/venv/bin/python", "benchmark.py", "--model-name-or-path", "/srv/models/t",
+                    "--draft-name-or-path", "/srv/models/d", "--dataset", "mt-bench", "--save-path", save],
+           "cwd": "/opt/ddtree/c0", "save": save, "log": "/var/lib/b/ddtree/benchmark.log",
+           "out": "/var/lib/b/ddtree/result.json"}
+    result = run_ddtree(str(reader), job)
+    assert json.loads((tmp_path / "var/lib/b/ddtree/result.json").read_text()) == result
+    if fail:
+        assert result["failures"][0].startswith("benchmark.py exited with status 1")
+        assert "CUDA out of memory" in result["failures"][0]
+        return
+    expected = json.loads((fixtures / "run-mt-bench-t0.expected.json").read_text())
+    assert result["dflash"]["acceptanceLength"] == expected["methods"]["dflash"]["acceptanceLength"]
+    table = build_table(["acceptanceLength"], [], result)
+    best = result["ddtree"]
+    assert [r["acceptanceLength"] for r in table["rows"]] == [best["acceptanceLength"],
+                                                               result["dflash"]["acceptanceLength"]]

@@ -244,8 +244,8 @@ def build_table(measure: list[str], services: list[dict], ddtree: dict | None) -
             rows.append({"run": "ddtree reference", "method": "DDTree", **{name: None for name in measure},
                          "status": "failed: " + "; ".join(ddtree["failures"])})
         else:
-            for method, label in ((ddtree["best"], f"DDTree (budget {ddtree['bestBudget']})"), ("dflash", "DFlash")):
-                figures = ddtree["methods"][method]
+            best = ddtree["ddtree"]
+            for figures, label in ((best, f"DDTree (budget {best['bestBudget']})"), (ddtree["dflash"], "DFlash")):
                 row = {"run": "ddtree reference", "method": label, **{name: None for name in measure}}
                 if "acceptanceLength" in measure:
                     row["acceptanceLength"] = figures["acceptanceLength"]
@@ -345,7 +345,7 @@ def run_ddtree(result_script: str, job: dict[str, Any]) -> dict[str, Any]:
     else:
         reader = load_module("gpuhosts_ddtree_result", result_script)
         try:
-            result = reader.summarise(reader.load_run_data(job["save"]))
+            result = reader.summarise(reader.load_run(job["save"]))
         except Exception as error:  # a run the parser cannot read is this job's failure, named, not a crash
             result = {"failures": [f"{job['save']}: {error}"]}
     with open(job["out"], "w") as handle:
