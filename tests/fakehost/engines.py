@@ -163,13 +163,13 @@ def supervise(argv) -> int:
     """``supervise ROOT UNIT RESTART RESTARTSEC -- WORDS…``: run WORDS, record the exit, restart by policy."""
     r, name, policy, delay = Path(argv[0]), argv[1], argv[2], float(argv[3].rstrip("s") or 0)
     words = argv[argv.index("--") + 1:]
-    stopping = []
+    stopping, waiting = [], []
 
     def on_term(signum, frame):
+        # the stop signals the whole group, the engine too: forwarding would signal it twice
         stopping.append(signum)
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)
-    child = None
+        if waiting:
+            raise SystemExit(0)  # a stop during RestartSec= ends the wait (a sleep would resume after the signal)
     signal.signal(signal.SIGTERM, on_term)
     while True:
         child = subprocess.Popen(words)
@@ -182,7 +182,9 @@ def supervise(argv) -> int:
         if not again:
             return 0
         # RestartSec= passes in systemd's timer; here the supervisor waits it out (a stop ends the wait).
+        waiting.append(True)
         time.sleep(delay)
+        waiting.clear()
         if stopping:
             return 0
         result_file(r, name).unlink(missing_ok=True)
@@ -344,6 +346,8 @@ def serve(kind: str, argv: list) -> int:
     take_gpus(kind, mem)
 
     def on_term(signum, frame):
+        # once: a second signal must not cut short the release of the GPUs below
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(0)
     signal.signal(signal.SIGTERM, on_term)
     try:
