@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from gpuhosts.config import NAMESPACE, Problem, _Model, _validate_at
+from gpuhosts.plans.python_env import env_lock, service_env
 from gpuhosts.services import SERVICE_NAME, DrafterSpec, ServiceConfig
 
 DDTREE_REPOSITORY = "https://github.com/liranringel/ddtree"
@@ -277,8 +278,6 @@ def benchmark_problems(benchmarks: list[tuple[int, BenchmarkConfig]], services: 
 def environment_lacks(service: ServiceConfig, packages: tuple[str, ...]) -> list[str]:
     """The packages the committed lock of the service's environment does not pin (all, when it has no lock: the
     lock rules name that field on their own)."""
-    from gpuhosts.plans.python_env import env_lock, service_env
-
     path = env_lock(service_env(service)).path()
     pinned = set(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", path.read_text(), re.M)) if path.is_file() else set()
     pinned = {name.lower().replace("_", "-") for name in pinned}

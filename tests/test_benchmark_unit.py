@@ -34,7 +34,7 @@ BEHAVIOUR = {"qwen-sglang": {"acceptance_length": 3.1, "acceptance_rate": 0.7, "
 
 
 def stack_values(ports: tuple[int, int], run_file: Path, sha256: str) -> dict:
-    values = kpro5_values()
+    values = kpro5_values(benchmarks=True)
     values["nvidia"].update(url=f"file://{run_file}", sha256=sha256)
     for service, port in zip(values["services"], ports):
         service.update(port=port, bind="127.0.0.1")

@@ -17,7 +17,7 @@ from gpuhosts.stacks import validate_stack
 
 @pytest.fixture
 def kpro5() -> dict:
-    return kpro5_values()
+    return kpro5_values(benchmarks=True)
 
 
 def bench(values: dict) -> dict:

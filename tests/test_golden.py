@@ -40,6 +40,12 @@ ELSEWHERE = {
     "usr/local/lib/gpuhosts/check-drafter-config.py": "gpuhosts/plans/drafter_config.py verbatim; "
                                                       "tests/test_drafter_config.py",
     "usr/local/lib/gpuhosts/dataset-prepare.py": "gpuhosts/plans/dataset_prepare.py verbatim; tests/test_dataset_mix.py",
+    "usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py": "gpuhosts/plans/bench_probe.py verbatim; "
+                                                               "tests/test_bench_table.py, tests/test_benchmark_unit.py",
+    "usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py": "gpuhosts/plans/ddtree_result.py verbatim; "
+                                                                       "tests/test_ddtree_result.py",
+    "opt/gpuhosts/ddtree/": "stacks/patches/ddtree-gdn-hybrid.patch, its sha256 pinned by the stack; "
+                            "tests/test_ddtree_reference.py",
     "usr/local/lib/gpuhosts/sglang-serve.py": "in full in tests/golden/services/qwen-sglang; "
                                               "tests/test_inference_units.py",
 }
@@ -211,9 +217,12 @@ def test_installed_files_carry_the_managed_header(each_stack):
     rendered, golden = each_stack
     installed = [n for n in files_under(rendered) if not n.startswith("commands/") and n != "graph.json"]
     if golden.name == "kpro5":
-        # 7 on the host (the initramfs hook among them), 7 in container 129 (3 of them environments' locks)
-        assert len(installed) == 14
+        # 7 on the host (the initramfs hook among them), 10 in container 129 (3 of them environments' locks, 3 the
+        # benchmark's client, the DDTree reader and patch)
+        assert len(installed) == 17
     for name in installed:
+        if name.endswith(".patch"):
+            continue  # a declared patch is installed byte for byte, as its pinned sha256 says: no header of ours
         assert "managed by gpuhosts" in "".join((rendered / name).read_text().splitlines(True)[:2]), name
 
 

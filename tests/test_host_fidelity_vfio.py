@@ -28,6 +28,7 @@ A6000 = "0000:41:00"
 def values(bootloader: str = "systemd-boot") -> dict:
     v = kpro5_values()
     v.pop("services")
+    v.pop("benchmarks", None)  # a benchmark compares services: none without them
     v["host"].update(bootloader=bootloader, kernelArgs=["iommu=pt"])
     return v
 

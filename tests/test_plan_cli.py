@@ -51,9 +51,9 @@ def test_kpro5_summary_binds_exactly_the_3090s_and_gives_ct129_the_a6000s(tmp_pa
     assert sorted(order, key=order.get) == [
         "vfio-binding", "nvidia-driver", "nvidia-uvm-at-boot", "ct129-gpu-devices", "ct129-nvidia-userspace",
         "ct129-env-qwen-sglang", "ct129-env-qwen-vllm-dflash", "ct129-model-qwen3-6-27b",
-        "ct129-model-qwen3-6-27b-dflash", "ct129-service-qwen-vllm-dflash", "ct129-service-qwen-sglang",
-        "ct129-gate-qwen-sglang"]
-    assert sorted(order.values()) == list(range(1, 13))
+        "ct129-model-qwen3-6-27b-dflash", "ct129-ddtree-spec-bakeoff", "ct129-service-qwen-vllm-dflash",
+        "ct129-service-qwen-sglang", "ct129-gate-qwen-sglang", "ct129-bench-spec-bakeoff"]
+    assert sorted(order.values()) == list(range(1, 15))
 
 
 def test_two_runs_are_byte_identical(tmp_path):
@@ -90,7 +90,7 @@ def test_kpro5_summary_shows_both_services_with_derived_flags(tmp_path):
         assert f"gpuhosts:{name} is not set" in result.stderr
     stdin = {p.parent.name: json.loads(p.read_text())["stdin"]
              for p in (tmp_path / "kpro5" / "hosts" / "kpro5" / "commands").glob("*/unit.json")}
-    assert len(stdin) == 12 and {k: v for k, v in stdin.items() if v} == {
+    assert len(stdin) == 14 and {k: v for k, v in stdin.items() if v} == {
         "ct129-model-qwen3-6-27b-dflash": "[secret gpuhosts:hfToken]",
         "ct129-service-qwen-vllm-dflash": "[secret gpuhosts:llmApiKey]",
         "ct129-service-qwen-sglang": "[secret gpuhosts:llmApiKey]"}

@@ -52,6 +52,8 @@ def allow_reboot(config):
 
 def remove_vllm(config):
     config["gpuhosts:services"] = [s for s in config["gpuhosts:services"] if s["name"] != "qwen-vllm-dflash"]
+    # The bake-off compares it: it goes with it.
+    config.pop("gpuhosts:benchmarks", None)
 
 
 def token(cipher):
@@ -169,8 +171,9 @@ def test_one_changed_port_is_a_short_review_beside_diff_r(plans):
     summary = summary_part(out)
     # The words a reviewer reads first fit on a screen and are a fraction of what diff -r prints.
     assert len(summary.splitlines()) <= 12 and len(summary) * 4 < len(recursive)
-    # The unified diffs are only the files that changed: the unit file and the two scripts that carry it.
-    assert out.count("\n--- base ") == 3 and out.startswith("stack kpro5: changes")
+    # The unified diffs are only the files that changed: the unit file and the two scripts that carry it, and the
+    # bake-off's script, whose inputs are the services' (it measures again).
+    assert out.count("\n--- base ") == 4 and out.startswith("stack kpro5: changes")
 
 
 def test_a_removed_stack_warns_what_each_teardown_undoes_with_the_gpus_and_vmids(plans):
@@ -215,7 +218,7 @@ def test_markdown_of_a_small_change_is_whole(plans):
     document = diff.render_markdown(reviews)
     assert document.startswith("<!-- gpuhosts-preview -->\n## gpuhosts preview\n\nChanges in `kpro5`.")
     assert "cut here" not in document and "left out" not in document
-    assert "<details><summary>kpro5: files and scripts — 3 changed, 0 new, 0 removed</summary>" in document
+    assert "<details><summary>kpro5: files and scripts — 4 changed, 0 new, 0 removed</summary>" in document
     assert "  - argv: after --port 30000 → 30001" in document
 
 

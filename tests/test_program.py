@@ -34,6 +34,12 @@ UNITS = {
     "ct129-service-qwen-sglang": ("InferenceService", [
         "ct129-env-qwen-sglang", "ct129-model-qwen3-6-27b", "ct129-nvidia-userspace", "ct129-service-qwen-vllm-dflash"]),
     "ct129-gate-qwen-sglang": ("DeployGate", ["ct129-service-qwen-sglang"]),
+    # The DDTree reference's checkout waits only for the devices; the bake-off for every service it stops and
+    # starts, the gate, the checkout and the reference's drafter.
+    "ct129-ddtree-spec-bakeoff": ("DDTreeCheckout", ["ct129-gpu-devices"]),
+    "ct129-bench-spec-bakeoff": ("Benchmark", [
+        "ct129-service-qwen-sglang", "ct129-service-qwen-vllm-dflash", "ct129-gate-qwen-sglang",
+        "ct129-ddtree-spec-bakeoff", "ct129-model-qwen3-6-27b-dflash"]),
 }
 # The units that receive a secret on stdin, and which.
 STDIN = {"ct129-model-qwen3-6-27b-dflash": "hfToken", "ct129-service-qwen-sglang": "llmApiKey",
@@ -42,7 +48,7 @@ STDIN = {"ct129-model-qwen3-6-27b-dflash": "hfToken", "ct129-service-qwen-sglang
 
 @pytest.fixture(scope="module")
 def run():
-    return run_program(PROJECT, "kpro5", kpro5_values(), KPRO5_SECRETS)
+    return run_program(PROJECT, "kpro5", kpro5_values(benchmarks=True), KPRO5_SECRETS)
 
 
 def by_name(run, name, type_=None):
@@ -73,7 +79,7 @@ def test_units_their_kinds_and_what_each_waits_for(run):
 
 
 def test_every_unit_carries_its_scripts_and_the_facts_the_plan_desires(run):
-    graph = plan_host(validate_stack(kpro5_values(), KPRO5_SECRETS))
+    graph = plan_host(validate_stack(kpro5_values(benchmarks=True), KPRO5_SECRETS))
     for name, resource in host_units(run).items():
         unit = graph[name]
         for script in ("ensure", "teardown", "probe"):
@@ -95,7 +101,7 @@ def test_the_target_holds_no_secret_and_stdin_secrets_only_as_secret_digests(run
 
 def test_a_units_secret_input_names_its_key_and_a_digest_that_follows_the_value():
     def secret_inputs(api_key: str) -> dict:
-        values = {**kpro5_values(), "hfToken": "hf_ProgramTestToken0042", "llmApiKey": api_key}
+        values = {**kpro5_values(benchmarks=True), "hfToken": "hf_ProgramTestToken0042", "llmApiKey": api_key}
         run = run_program(PROJECT, "kpro5", values, KPRO5_SECRETS, reveal_secrets=True)
         return {name: r.inputs.get("secret") for name, r in host_units(run).items() if r.inputs.get("secret")}
 
@@ -116,7 +122,7 @@ def test_stack_outputs(run):
 
 
 def test_allow_reboot_adds_one_reboot_unit_between_the_host_units_and_the_containers():
-    values = kpro5_values()
+    values = kpro5_values(benchmarks=True)
     values["host"]["allowReboot"] = True
     units = host_units(run_program(PROJECT, "kpro5", values, KPRO5_SECRETS))
     reboot = units["reboot"]
@@ -130,21 +136,21 @@ def test_allow_reboot_adds_one_reboot_unit_between_the_host_units_and_the_contai
 def test_invalid_config_stops_the_program_before_any_resource():
     import pulumi
 
-    values = kpro5_values()
+    values = kpro5_values(benchmarks=True)
     values["gpus"][0]["address"] = "1:00.0"
     with pytest.raises(pulumi.RunError, match=r"gpuhosts:gpus\[0\]\.address"):
         run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)
 
 
 def test_services_output_names_each_service_and_its_gate():
-    services = run_program(PROJECT, "kpro5", kpro5_values(), KPRO5_SECRETS).outputs["services"]
+    services = run_program(PROJECT, "kpro5", kpro5_values(benchmarks=True), KPRO5_SECRETS).outputs["services"]
     assert services["qwen-sglang"] == {"container": 129, "enabled": True, "port": 30000,
                                        "unit": "gpuhosts-qwen-sglang.service", "gate": None}
     assert services["qwen-vllm-dflash"]["enabled"] is False and services["qwen-vllm-dflash"]["gate"] is None
 
 
 def test_secret_values_reach_commands_only_as_secret_stdin():
-    values = {**kpro5_values(), "hfToken": "hf_ProgramTestToken0042", "llmApiKey": "sk-program-test-key-0042",
+    values = {**kpro5_values(benchmarks=True), "hfToken": "hf_ProgramTestToken0042", "llmApiKey": "sk-program-test-key-0042",
               "sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY----- program-test"}
     run = run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)
     recorded = json.dumps([r.inputs for r in run.resources]) + json.dumps(run.outputs, default=str)
@@ -155,7 +161,7 @@ def test_secret_values_reach_commands_only_as_secret_stdin():
 def test_an_api_key_set_without_secret_stops_the_program():
     import pulumi
 
-    values = {**kpro5_values(), "llmApiKey": "sk-plain-program-key"}
+    values = {**kpro5_values(benchmarks=True), "llmApiKey": "sk-plain-program-key"}
     # The program reads every gpuhosts key, so it sees the plain-text value as the plan does.
     with pytest.raises(pulumi.RunError, match=r"gpuhosts:llmApiKey: holds a secret as plain text; remove it and run "
                                               r"`pulumi config set --secret gpuhosts:llmApiKey`") as caught:
@@ -215,7 +221,7 @@ def test_an_invalid_trainer_stack_stops_the_program():
 def test_a_misspelt_namespace_stops_the_program_naming_the_intended_key(key):
     import pulumi
 
-    values = kpro5_values()
+    values = kpro5_values(benchmarks=True)
     section = key.split(":", 1)[1]
     run_values = {k: v for k, v in values.items() if k != section}
     with pytest.raises(pulumi.RunError, match=rf"{key}: namespace .* is not 'gpuhosts'; did you mean gpuhosts:{section}\?"):
@@ -225,7 +231,7 @@ def test_a_misspelt_namespace_stops_the_program_naming_the_intended_key(key):
 def test_an_unknown_gpuhosts_key_stops_the_program():
     import pulumi
 
-    values = {**kpro5_values(), "service": [{"name": "x"}]}
+    values = {**kpro5_values(benchmarks=True), "service": [{"name": "x"}]}
     with pytest.raises(pulumi.RunError, match=r"gpuhosts:service: is not a gpuhosts setting; did you mean gpuhosts:services\?"):
         run_program(PROJECT, "kpro5", values, KPRO5_SECRETS)
 
@@ -262,3 +268,9 @@ def test_every_committed_stack_runs_under_mocks_one_resource_per_planned_unit(st
         resource = units[unit.key]
         assert resource.parent == component.urn and resource.inputs["facts"] == unit.desired, resource.urn
         assert resource.dependencies == sorted(units[need].urn for need in unit.needs), resource.urn
+
+
+def test_the_stack_exports_each_benchmark_with_where_its_results_are(run):
+    (name, bench), = run.outputs["benchmarks"].items()
+    assert name == "spec-bakeoff" and bench["container"] == 129
+    assert bench["results"] == "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff"

@@ -20,6 +20,8 @@ import base64
 import importlib.util
 import json
 import math
+import os
+import subprocess
 import sys
 import time
 from typing import Any
@@ -325,9 +327,6 @@ def main(argv: list[str]) -> int:
 def run_ddtree(result_script: str, job: dict[str, Any]) -> dict[str, Any]:
     """Run DDTree's own benchmark.py (its output to the job's log), then read the run it saved with the result
     parser (gpuhosts/plans/ddtree_result.py, shipped beside this script); the outcome goes to the job's `out`."""
-    import os
-    import subprocess
-
     # Container paths; a simulated container lives under GPUHOSTS_HOST_ROOT (docs/fakehost-contract.md).
     root = os.environ.get("GPUHOSTS_HOST_ROOT", "")
     job = {**job, **{k: root + job[k] for k in ("cwd", "save", "log", "out")},

@@ -20,7 +20,7 @@ from typing import Any
 from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference
 from gpuhosts.config import StackConfig
 from gpuhosts.facts import Fact, desired, files_facts, render_probe
-from gpuhosts.plans import bench_probe
+from gpuhosts.plans import bench_probe, ddtree_reference
 from gpuhosts.plans.deploy_gate import gate_settings
 from gpuhosts.plans.gate_script import GATE_SCRIPT
 from gpuhosts.plans.inference_service import environment_file, secret_variable, service_key, venv_path
@@ -92,8 +92,6 @@ def ddtree_job(bench: BenchmarkConfig, config: StackConfig, by_name: dict[str, S
     reference: DDTreeReference | None = bench.ddtree
     if reference is None:
         return None
-    from gpuhosts.plans import ddtree_reference
-
     service = by_name[reference.environment_of]
     work = f"{results_dir(bench)}/ddtree"
     save = f"{work}/run.pt"
@@ -107,8 +105,6 @@ def ddtree_job(bench: BenchmarkConfig, config: StackConfig, by_name: dict[str, S
 def ddtree_files(bench: BenchmarkConfig) -> list[HostFile]:
     if bench.ddtree is None:
         return []
-    from gpuhosts.plans import ddtree_reference
-
     shipped = ddtree_reference.render_ddtree_result_script()
     return [HostFile(f"{script_dir(bench)}/ddtree-result.py", shipped.content, shipped.mode)]
 
@@ -147,7 +143,9 @@ def plan_benchmark(bench: BenchmarkConfig, config: StackConfig, service_units: d
     title = f"Benchmark {bench.name} on CT {bench.container} ({', '.join(bench.services)})"
     table = container_command([(f"{venv_path(compared[0])}/bin/python", True), (bench_script(bench).path, True),
                                ("table", False), (title, False), (json.dumps(measure), False)])
+    restored = " ".join(f"{e['name']}={'running' if e['enabled'] else 'stopped'}" for e in restore)
     inner = render("benchmark/inner.sh.j2", unit=key, bench=bench, runs=runs, restore=restore, job=job, files=files,
+                   restored=restored,
                    results=results_dir(bench), script=bench_script(bench).path, table=table,
                    stop_all=[s.unit_name for s in overlapping(container_services, gpus)])
     values = dict(unit=key, bench=bench, inner=inner, inputs=digest, results=results_dir(bench), force=force,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from gpuhosts.plans.benchmark import benchmark_needs, patch_text, plan_benchmark
 from gpuhosts.plans.container_userspace import userspace_key
+from gpuhosts.plans.ddtree_reference import plan_ddtree_checkout
 from gpuhosts.plans.deploy_gate import plan_deploy_gate
 from gpuhosts.plans.inference_service import plan_inference_service, service_key
 from gpuhosts.plans.lxc_gpu_passthrough import devices_key
@@ -80,8 +81,6 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
     for bench in config.benchmarks_in(vmid):
         extra: tuple[str, ...] = ()
         if bench.ddtree is not None:
-            from gpuhosts.plans.ddtree_reference import plan_ddtree_checkout
-
             checkout = plan_ddtree_checkout(vmid, bench, patch_text(bench), (last_restart,))
             units.append(checkout)
             extra = (checkout.key, download_of[bench.ddtree.drafter.path])

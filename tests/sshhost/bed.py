@@ -146,6 +146,7 @@ class Bed(HostView):
         values["nvidia"].update(url=f"file://{self.run_file}", sha256=self.sha256)
         # The host's own units; services_values() adds the container's services.
         values.pop("services")
+        values.pop("benchmarks", None)  # a benchmark compares services: none without them
         return values
 
     def services_values(self, sglang_port: int, vllm_port: int) -> dict[str, Any]:

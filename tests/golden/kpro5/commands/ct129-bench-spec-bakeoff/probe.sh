@@ -1,0 +1,22 @@
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-bench-spec-bakeoff]
+# The probe of ct129-bench-spec-bakeoff: reads the host and changes nothing; prints one facts line.
+fact 'results /var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff' "$( { cat "$root"/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/inputs 2>/dev/null || echo missing; } 2>/dev/null || true)"
+# Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
+# facts says so).
+probed_vmid=129
+inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-bench-spec-bakeoff]
+# The probe of ct129-bench-spec-bakeoff: reads the host and changes nothing; prints one facts line.
+fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py' "$( { file_state /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py; } 2>/dev/null || true)"
+fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py' "$( { file_state /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py; } 2>/dev/null || true)"
+emit_facts
+GPUHOSTS_INNER
+)" gpuhosts </dev/null 2>/dev/null | sed -n "s/^GPUHOSTS_FACTS {\(.*\)}\$/\1/p" | tail -n1)" || true
+if [ -n "$inner_facts" ]; then
+  probe_facts+="${probe_facts:+,}$inner_facts"
+else
+  container_state="$(pct status "$probed_vmid" 2>/dev/null | awk '{print $2}')" || true
+  fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py' "container $probed_vmid ${container_state:-missing}"
+  fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py' "container $probed_vmid ${container_state:-missing}"
+fi
+emit_facts

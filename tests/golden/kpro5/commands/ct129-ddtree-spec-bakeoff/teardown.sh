@@ -1,0 +1,34 @@
+# managed by gpuhosts — unit ct129-ddtree-spec-bakeoff; generated from templates/, do not edit on the host.
+# Runs the script below inside container 129 (pct exec).
+set -euo pipefail
+vmid=129
+status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+if [ -z "$status" ]; then
+  printf '%s: container %s does not exist any more; nothing to remove in it\n' ct129-ddtree-spec-bakeoff "$vmid"
+  printf '%s\n' 'GPUHOSTS_RESULT {"changed":false,"rebootRequired":false}'
+  exit 0
+fi
+if [ "$status" != running ]; then
+  printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-ddtree-spec-bakeoff "$vmid" \
+    "${status:-missing}" "$vmid" >&2
+  exit 1
+fi
+script="$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-ddtree-spec-bakeoff]
+# Inside container 129: remove the DDTree checkout /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b of benchmark spec-bakeoff, only if gpuhosts made it.
+checkout=/opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b
+if [ -f "$root$checkout/.gpuhosts-checkout" ] || [ -f "$root$checkout/.git/gpuhosts-made" ]; then
+  rm -rf "$root$checkout"
+  note_change "removed $checkout"
+elif [ -e "$root$checkout" ]; then
+  say "left $checkout: gpuhosts did not make it"
+fi
+remove_file /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b.patch
+# The folders go with their last content, as the environments' teardown does; rmdir leaves one that holds anything.
+if rmdir "$root"/opt/gpuhosts/ddtree 2>/dev/null; then
+  rmdir "$root"/opt/gpuhosts 2>/dev/null || true
+fi
+finish
+GPUHOSTS_INNER
+)"
+pct exec "$vmid" -- bash -c "$script" gpuhosts </dev/null
