@@ -3,7 +3,7 @@
 # DDTree reference; the services are put back as declared, also after a failure. Runs only for new inputs.
 vmid=129
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=b81cb471e99f8746f17eb473f54e1e91
+inputs=a5cf7ccae3616815b392ccbd72a38be8
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
@@ -21,7 +21,7 @@ script="$(cat <<'GPUHOSTS_INNER'
 work=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/run
 run_status=0
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:001b97b0be6221ed]
+# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:9b9743b32246f548]
 GPUHOSTS_EOF
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py 0755 <<'GPUHOSTS_EOF'
 # [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py.sha256 sha256:7251d40abe9ada8f]
@@ -36,7 +36,7 @@ restore() {
   systemctl stop gpuhosts-qwen-vllm-dflash.service || failed=1
   # shellcheck disable=SC2016  # the client's settings: JSON in single quotes, nothing for bash to expand
   "$root"/opt/gpuhosts/qwen-sglang/venv/bin/python "$root"/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py wait "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "method": "mtp", "model": "qwen3.6-27b", "prompts": {"code": "Write a Python function `merge_intervals(intervals)` that merges overlapping closed intervals, with type hints, a docstring and three doctest examples.", "longContext": {"contextTokens": 120000, "question": "Above are shipping notes. Which code word does the note about the harbour in Bergen give?"}, "shortChat": "In three sentences, explain why the sky is blue.", "toolCall": "What is the weather in Zurich right now, in degrees Celsius? Use the tool."}, "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "service": "qwen-sglang", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY || failed=1
-  say "services restored as declared: qwen-sglang=running qwen-vllm-dflash=stopped"
+  say "services restored as declared: $(printf %s 'qwen-sglang=running qwen-vllm-dflash=stopped')"
   if [ "$failed" != 0 ]; then
     say "restoring the declared services failed; see above"
     run_status=1
@@ -114,9 +114,9 @@ if [ -n "$table" ]; then
 fi
 if [ "$run_status" != 0 ]; then
   rm -f "$root$results/inputs"
-  refuse "benchmark spec-bakeoff failed (see above; the table is in $results); the services on its GPUs are back as declared"
+  refuse "benchmark $name failed (see above; the table is in $results); the services on its GPUs are back as declared"
 fi
 printf '%s\n' "$inputs" | install_file "$results/inputs" 0644
-note_change "measured benchmark spec-bakeoff: $results/results.md"
+note_change "measured benchmark $name: $results/results.md"
 result_report="$table"
 finish
