@@ -2,6 +2,7 @@
 # Benchmark spec-bakeoff of container 129: each service in turn on the GPUs they share, then the
 # DDTree reference; the services are put back as declared, also after a failure. Runs only for new inputs.
 vmid=129
+name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
 inputs=a5cf7ccae3616815b392ccbd72a38be8
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
