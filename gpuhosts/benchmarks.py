@@ -275,6 +275,27 @@ def benchmark_problems(benchmarks: list[tuple[int, BenchmarkConfig]], services: 
     return problems
 
 
+def benchmark_warnings(benchmarks: list[tuple[int, BenchmarkConfig]], services: tuple[ServiceConfig, ...],
+                       project_root: Path) -> list[str]:
+    """What a valid benchmark will meet on the host: a patch that loads the target with `device_map`, which
+    transformers runs through accelerate (transformers 5.6.0 modeling_utils `from_pretrained` refuses a device_map
+    without it), over an environment whose lock has no accelerate."""
+    found = []
+    by_name = {s.name: s for s in services}
+    for index, bench in benchmarks:
+        reference = bench.ddtree
+        if reference is None or reference.environment_of not in by_name:
+            continue
+        path = project_root / reference.patch.file
+        added = [line for line in path.read_text().splitlines() if line.startswith("+")] if path.is_file() else []
+        if any("device_map" in line for line in added) and environment_lacks(by_name[reference.environment_of],
+                                                                           ("accelerate",)):
+            found.append(f"{_path(index, 'ddtree.environmentOf')}: {reference.patch.file} loads the target with "
+                         f"device_map, which needs accelerate, and the environment of {reference.environment_of} has "
+                         "none: the reference job fails at loading until an environment with accelerate runs it")
+    return found
+
+
 def environment_lacks(service: ServiceConfig, packages: tuple[str, ...]) -> list[str]:
     """The packages the committed lock of the service's environment does not pin (all, when it has no lock: the
     lock rules name that field on their own)."""

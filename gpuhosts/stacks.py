@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhosts.benchmarks import benchmark_problems, referenced_benchmark_secrets, validate_benchmark_entries
+from gpuhosts.benchmarks import (
+    benchmark_problems,
+    benchmark_warnings,
+    referenced_benchmark_secrets,
+    validate_benchmark_entries,
+)
 from gpuhosts.compat import Severity, check_services, check_training, model_facts
 from gpuhosts.config import (
     NAMESPACE,
@@ -93,6 +98,7 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
                                    set(secret_keys), PROJECT_ROOT)
     if problems:
         raise ConfigError(problems)
+    service_warnings += benchmark_warnings(benchmarks, tuple(s for _, s in services), PROJECT_ROOT)
     return stack.model_copy(update={"services": tuple(s for _, s in services), "service_warnings": tuple(service_warnings),
                                     "benchmarks": tuple(b for _, b in benchmarks)})
 

@@ -5,6 +5,8 @@ to be there (a benchmark measures time, a test does not)."""
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import shutil
 import subprocess
@@ -78,13 +80,13 @@ def installed(tmp_path_factory):
         if unit.kind not in ("DeployGate", "Benchmark"):
             result = apply(tree, unit)
             assert result.returncode == 0, f"{unit.key}:\n{result.stdout}\n{result.stderr}"
-    return tree, graph
+    return tree, graph, values
 
 
 @pytest.fixture
 def host(installed, tmp_path):
     """A copy with the declared state running: SGLang started (enabled), vLLM stopped; the engines really run."""
-    source, graph = installed
+    source, graph, _values = installed
     tree = tmp_path / "kpro5"
     shutil.copytree(source, tree, symlinks=True)
     configure(tree, serve_engines=True, engine_behaviour=BEHAVIOUR)
@@ -179,3 +181,68 @@ def test_a_service_that_never_becomes_healthy_fails_the_run_and_the_declared_one
     assert table["qwen-sglang"]["status"] == "ok"
     assert "services restored as declared: qwen-sglang=running qwen-vllm-dflash=stopped" in result.stdout
     assert (state(tree, SGLANG), state(tree, VLLM)) == ("active", "inactive")
+
+
+STAND_IN = '''import argparse, os, shutil
+parser = argparse.ArgumentParser()
+for flag in ("--model-name-or-path", "--draft-name-or-path", "--dataset", "--save-path"):
+    parser.add_argument(flag, required=True)
+for flag in ("--block-size", "--tree-budget", "--max-samples", "--max-new-tokens", "--temperature"):
+    parser.add_argument(flag)
+args = parser.parse_args()
+# What the authors' benchmark.py leaves behind: the run it torch.save-d (the fixture real torch wrote).
+shutil.copy(RUN, os.environ.get("GPUHOSTS_HOST_ROOT", "") + args.save_path)
+'''
+GIT = ["git", "-c", "user.name=gpuhosts tests", "-c", "user.email=tests@gpuhosts.invalid"]
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run([*GIT, *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def test_the_ddtree_reference_runs_after_the_services_and_adds_its_rows(installed, host, tmp_path, monkeypatch):
+    """The reference through the plan's own units: its checkout (a stand-in repository served bare over file://,
+    a patch made against it) and the benchmark's job, whose benchmark.py leaves the run real torch wrote."""
+    import gpuhosts.plans.container_services as container_services
+
+    tree, _graph = host
+    fixture = Path(__file__).parent / "fixtures" / "ddtree" / "run-mt-bench-t0.pt"
+    work = tmp_path / "ddtree-work"
+    work.mkdir()
+    git("init", "-q", "-b", "main", cwd=work)
+    (work / "benchmark.py").write_text(f"RUN = {str(fixture)!r}\n" + STAND_IN)
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "release", cwd=work)
+    bare = tmp_path / "ddtree.git"
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
+    (work / "benchmark.py").write_text((work / "benchmark.py").read_text() + "# patched for the GDN-hybrid target\n")
+    patch = "A reviewed patch.\n\n" + git("diff", cwd=work)
+    commit = git("rev-parse", "HEAD", cwd=work).strip()
+
+    values = copy.deepcopy(installed[2])
+    values["benchmarks"] = kpro5_values(benchmarks=True)["benchmarks"]
+    config = validate_stack(values, KPRO5_SECRETS)
+    (bench,) = config.benchmarks
+    reference = bench.ddtree.model_copy(update={
+        "repository": f"file://{bare}", "commit": commit,
+        "patch": bench.ddtree.patch.model_copy(update={"sha256": hashlib.sha256(patch.encode()).hexdigest()})})
+    bench = bench.model_copy(update={"ddtree": reference, "ready_timeout_s": 30,
+                                     "prompts": bench.prompts.model_copy(update={"max_tokens": 32})})
+    config = config.model_copy(update={"benchmarks": (bench,)})
+    monkeypatch.setattr(container_services, "patch_text", lambda _bench: patch)
+    graph = plan_host(config)
+    for key in ("ct129-ddtree-spec-bakeoff", "ct129-bench-spec-bakeoff"):
+        result = apply(tree, graph[key])
+        assert result.returncode == 0, f"{key}:\n{result.stdout}\n{result.stderr}"
+    report = parse_result(result.stdout).report
+    table = rows(report)
+    assert table["qwen-sglang"]["status"] == "ok" and table["qwen-vllm-dflash"]["status"] == "ok"
+    # make_latex_table's figures of the saved run (tests/fixtures/ddtree/run-mt-bench-t0.expected.json).
+    expected = json.loads(fixture.with_name("run-mt-bench-t0.expected.json").read_text())["methods"]
+    assert table["DFlash"]["acceptanceLength"] == expected["dflash"]["acceptanceLength"]
+    (best,) = [name for name in table if name.startswith("DDTree (budget ")]
+    budget = best.removeprefix("DDTree (budget ").removesuffix(")")
+    assert table[best]["acceptanceLength"] == expected[f"ddtree_tb{budget}"]["acceptanceLength"]
+    assert "running the DDTree reference" in result.stdout
+    assert (state(tree, SGLANG), state(tree, VLLM)) == ("active", "inactive")
+

@@ -161,3 +161,9 @@ def test_without_benchmarks_the_plan_has_no_benchmark_unit(kpro5):
     graph = plan_host(validate_stack(kpro5, KPRO5_SECRETS))
     assert not [u for u in graph if u.kind in ("Benchmark", "DDTreeCheckout")]
     assert summarize_host(validate_stack(kpro5, KPRO5_SECRETS))["containers"]["129"]["benchmarks"] == {}
+
+
+def test_the_plan_warns_that_the_committed_patch_needs_accelerate_which_the_lock_lacks(kpro5):
+    warnings = validate_stack(kpro5, KPRO5_SECRETS).warnings()
+    (found,) = [w for w in warnings if w.startswith("gpuhosts:benchmarks[0].ddtree.environmentOf:")]
+    assert "device_map, which needs accelerate" in found and "qwen-sglang has none" in found
