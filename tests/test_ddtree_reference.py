@@ -120,7 +120,7 @@ def test_checkout_ensures_once_then_changes_nothing(tree, upstream, patches):
     unit = plan_ddtree_checkout(129, bench, patches["sdpa"], needs=())
     assert (unit.key, unit.kind, unit.container) == ("ct129-ddtree-spec", "DDTreeCheckout", 129)
     checkout = ddtree_checkout(129, bench)
-    assert checkout == f"/opt/gpuhosts/ddtree/{upstream['commit']}"
+    assert checkout == f"/opt/gpuhosts/ddtree/spec/{upstream['commit']}"
     assert probe(tree, unit) == {name: "missing" for name in unit.desired}
     assert "git" not in ct(tree, "/var/lib/fakehost/dpkg-installed").read_text().split()
 

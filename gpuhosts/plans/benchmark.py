@@ -133,7 +133,7 @@ def plan_benchmark(bench: BenchmarkConfig, config: StackConfig, service_units: d
                      "stop": [o.unit_name for o in overlapping(container_services, set(service.gpus)) if o is not service],
                      "client": client_command(bench, service, "run")})
     restore = [{"name": s.name, "unit": s.unit_name, "enabled": s.enabled,
-                "wait": client_command(bench, s, "wait") if s.enabled and s.name in bench.services else None}
+                "wait": client_command(bench, s, "wait") if s.enabled else None}
                for s in overlapping(container_services, gpus)]
     job = ddtree_job(bench, config, by_name)
     measure = [m.value for m in bench.measure]

@@ -36,12 +36,13 @@ def _reference(bench: BenchmarkConfig) -> DDTreeReference:
 
 
 def ddtree_checkout(vmid: int, bench: BenchmarkConfig) -> str:
-    """The checkout's directory in container `vmid`: one per commit."""
-    return f"{DDTREE_ROOT}/{_reference(bench).commit}"
+    """The checkout's directory in container `vmid`: one per benchmark and commit, so that two benchmarks with
+    other patches never check each other's tree out, nor remove it."""
+    return f"{DDTREE_ROOT}/{bench.name}/{_reference(bench).commit}"
 
 
 def patch_path(vmid: int, bench: BenchmarkConfig) -> str:
-    return f"{DDTREE_ROOT}/{_reference(bench).commit}.patch"
+    return f"{DDTREE_ROOT}/{bench.name}/{_reference(bench).commit}.patch"
 
 
 def checkout_marker(reference: DDTreeReference, patch_text: str) -> str:

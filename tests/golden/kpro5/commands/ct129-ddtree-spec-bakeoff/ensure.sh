@@ -13,8 +13,8 @@ script="$(cat <<'GPUHOSTS_INNER'
 # Inside container 129: https://github.com/liranringel/ddtree at c96427a185677bf4133ed865dd1626a5041aef9b with stacks/patches/ddtree-gdn-hybrid.patch applied, for benchmark spec-bakeoff.
 repository=https://github.com/liranringel/ddtree
 commit=c96427a185677bf4133ed865dd1626a5041aef9b
-checkout=/opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b
-patch=/opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b.patch
+checkout=/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b
+patch=/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch
 patch_name=stacks/patches/ddtree-gdn-hybrid.patch
 wanted_marker='c96427a185677bf4133ed865dd1626a5041aef9b patch:7d3a5e683a3483681cf224b34efc290e9087ccc1ef9689fa0ac6e24bd1065c6f'
 marker="$root$checkout/.gpuhosts-checkout"
@@ -37,8 +37,8 @@ command -v git >/dev/null || refuse "git is not on PATH after installing it"
 gitc() { git -C "$root$checkout" "$@"; }
 
 # --- the patch, as a file beside the checkout --------------------------------------------------------------------
-install_file /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b.patch 0644 <<'GPUHOSTS_EOF'
-# [content: containers/129/opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b.patch.sha256 sha256:7d3a5e683a348368]
+install_file /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch 0644 <<'GPUHOSTS_EOF'
+# [content: containers/129/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch.sha256 sha256:7d3a5e683a348368]
 GPUHOSTS_EOF
 
 # --- the checkout ---------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-ddtree-spec-bakeoff]
 # The probe of ct129-ddtree-spec-bakeoff: reads the host and changes nothing; prints one facts line.
-fact 'file /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b.patch' "$( { file_state /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b.patch; } 2>/dev/null || true)"
-fact 'ddtree checkout /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b' "$( { cat "$root"/opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b/.gpuhosts-checkout || echo missing; } 2>/dev/null || true)"
+fact 'file /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch' "$( { file_state /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch; } 2>/dev/null || true)"
+fact 'ddtree checkout /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b' "$( { cat "$root"/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b/.gpuhosts-checkout || echo missing; } 2>/dev/null || true)"
 emit_facts
 GPUHOSTS_INNER
 )" gpuhosts </dev/null 2>/dev/null | sed -n "s/^GPUHOSTS_FACTS {\(.*\)}\$/\1/p" | tail -n1)" || true
@@ -15,7 +15,7 @@ if [ -n "$inner_facts" ]; then
   probe_facts+="${probe_facts:+,}$inner_facts"
 else
   container_state="$(pct status "$probed_vmid" 2>/dev/null | awk '{print $2}')" || true
-  fact 'file /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b.patch' "container $probed_vmid ${container_state:-missing}"
-  fact 'ddtree checkout /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b' "container $probed_vmid ${container_state:-missing}"
+  fact 'file /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch' "container $probed_vmid ${container_state:-missing}"
+  fact 'ddtree checkout /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b' "container $probed_vmid ${container_state:-missing}"
 fi
 emit_facts

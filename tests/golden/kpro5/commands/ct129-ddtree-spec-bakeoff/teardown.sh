@@ -15,17 +15,17 @@ if [ "$status" != running ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-ddtree-spec-bakeoff]
-# Inside container 129: remove the DDTree checkout /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b of benchmark spec-bakeoff, only if gpuhosts made it.
-checkout=/opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b
+# Inside container 129: remove the DDTree checkout /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b of benchmark spec-bakeoff, only if gpuhosts made it.
+checkout=/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b
 if [ -f "$root$checkout/.gpuhosts-checkout" ] || [ -f "$root$checkout/.git/gpuhosts-made" ]; then
   rm -rf "$root$checkout"
   note_change "removed $checkout"
 elif [ -e "$root$checkout" ]; then
   say "left $checkout: gpuhosts did not make it"
 fi
-remove_file /opt/gpuhosts/ddtree/c96427a185677bf4133ed865dd1626a5041aef9b.patch
+remove_file /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch
 # The folders go with their last content, as the environments' teardown does; rmdir leaves one that holds anything.
-if rmdir "$root"/opt/gpuhosts/ddtree 2>/dev/null; then
+if rmdir "$root$(dirname "$checkout")" 2>/dev/null && rmdir "$root"/opt/gpuhosts/ddtree 2>/dev/null; then
   rmdir "$root"/opt/gpuhosts 2>/dev/null || true
 fi
 finish
