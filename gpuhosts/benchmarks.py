@@ -297,10 +297,12 @@ def benchmark_warnings(benchmarks: list[tuple[int, BenchmarkConfig]], services: 
 
 
 def environment_lacks(service: ServiceConfig, packages: tuple[str, ...]) -> list[str]:
-    """The packages the committed lock of the service's environment does not pin (all, when it has no lock: the
-    lock rules name that field on their own)."""
+    """The packages the committed lock of the service's environment does not pin; none when it has no lock: the
+    lock rules refuse that, naming the service's own field (gpuhosts/stacks.py `require_locks`)."""
     path = env_lock(service_env(service)).path()
-    pinned = set(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", path.read_text(), re.M)) if path.is_file() else set()
+    if not path.is_file():
+        return []
+    pinned = set(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", path.read_text(), re.M))
     pinned = {name.lower().replace("_", "-") for name in pinned}
     return [name for name in packages if name not in pinned]
 
