@@ -7,6 +7,7 @@ import pulumi
 from components.host_units import materialize, target_of
 from gpuhosts.config import StackConfig
 from gpuhosts.plans.benchmark import benchmark_key, results_dir
+from gpuhosts.plans.deploy_gate import gate_key
 from gpuhosts.plans.proxmox_host import plan_host
 
 
@@ -19,8 +20,7 @@ class ProxmoxHost(pulumi.ComponentResource):
         self.units = materialize(graph, self, target_of(config.host.ssh), secrets or {})
         self.reboot_required = pulumi.Output.all(*(u.rebootRequired for u in self.units.values())).apply(
             lambda flags: any(bool(flag) for flag in flags))
-        gates = {s.name: self.units[f"ct{s.container}-gate-{s.name}"].report
-                 for s in config.services if f"ct{s.container}-gate-{s.name}" in self.units}
+        gates = {s.name: self.units[gate_key(s)].report for s in config.services if gate_key(s) in self.units}
         # Per service: where it listens and, for a running one, what its deploy gate measured.
         self.service_outputs = {
             service.name: {

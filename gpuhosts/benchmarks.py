@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuhosts.config import NAMESPACE, Problem, _Model, _validate_at
+from gpuhosts.config import NAMESPACE, Problem, _Model, validate_entries
 from gpuhosts.plans.python_env import env_lock, service_env
 from gpuhosts.services import SERVICE_NAME, DrafterSpec, ServiceConfig
 
@@ -191,13 +191,7 @@ def _path(index: int, field: str = "") -> str:
 
 
 def validate_benchmark_entries(raw: Any, problems: list[Problem]) -> list[tuple[int, BenchmarkConfig]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        problems.append(Problem(path=f"{NAMESPACE}:benchmarks", message="must be a list"))
-        return []
-    checked = [(i, _validate_at(BenchmarkConfig, item, ("benchmarks", i), problems)) for i, item in enumerate(raw)]
-    return [(i, b) for i, b in checked if b is not None]
+    return validate_entries(BenchmarkConfig, raw, "benchmarks", problems)
 
 
 def patch_digest(project_root: Path, file: str) -> str | None:

@@ -411,6 +411,18 @@ def stray_key_problems(raw: dict[str, Any], sections: tuple[str, ...], known_sec
     ]
 
 
+def validate_entries(model: type[_Model], raw: Any, key: str, problems: list[Problem]) -> list[tuple[int, Any]]:
+    """Each entry of the list `gpuhosts:<key>` on its own: problems are appended, valid entries returned with
+    their index, so one run names every bad entry."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        problems.append(Problem(path=f"{NAMESPACE}:{key}", message="must be a list"))
+        return []
+    checked = [(i, _validate_at(model, item, (key, i), problems)) for i, item in enumerate(raw)]
+    return [(i, item) for i, item in checked if item is not None]
+
+
 def _validate_at(model: type[_Model], value: Any, loc: tuple[Any, ...], problems: list[Problem]) -> Any:
     try:
         return model.model_validate(value)

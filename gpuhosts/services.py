@@ -22,7 +22,7 @@ from gpuhosts.config import (
     Problem,
     StackConfig,
     _Model,
-    _validate_at,
+    validate_entries,
 )
 
 SERVICE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
@@ -362,13 +362,7 @@ def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackCon
 
 def validate_service_entries(raw: Any, problems: list[Problem]) -> list[tuple[int, ServiceConfig]]:
     """Each entry of `gpuhosts:services` on its own; problems are appended, valid entries returned with their index."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        problems.append(Problem(path=f"{NAMESPACE}:services", message="must be a list"))
-        return []
-    checked = [(i, _validate_at(ServiceConfig, item, ("services", i), problems)) for i, item in enumerate(raw)]
-    return [(i, s) for i, s in checked if s is not None]
+    return validate_entries(ServiceConfig, raw, "services", problems)
 
 
 def validate_services(raw: Any, stack: StackConfig, secret_keys: set[str] | frozenset[str] = frozenset()) -> tuple[ServiceConfig, ...]:

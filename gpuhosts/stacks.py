@@ -32,6 +32,7 @@ from gpuhosts.config import (
     namespace_problems,
     ssh_placeholders,
     stray_key_problems,
+    validate_entries,
 )
 from gpuhosts.fields import placeholder_digest, placeholder_url
 from gpuhosts.locks import lock_problem, lock_spec
@@ -72,12 +73,7 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
         return _validate_at(model, raw[key], (key,), problems)
 
     def entries(model: type[_Model], key: str) -> list[tuple[int, Any]]:
-        value = raw.get(key) or []
-        if not isinstance(value, list):
-            problems.append(Problem(path=f"{NAMESPACE}:{key}", message="must be a list"))
-            return []
-        checked = [(i, _validate_at(model, item, (key, i), problems)) for i, item in enumerate(value)]
-        return [(i, item) for i, item in checked if item is not None]
+        return validate_entries(model, raw.get(key) or [], key, problems)
 
     host = section(HostConfig, "host")
     nvidia = _validate_at(NvidiaConfig, raw["nvidia"], ("nvidia",), problems) if raw.get("nvidia") is not None else None

@@ -42,10 +42,6 @@ ALLOWLIST = {
     ("gate_probe/gate.py.j2", "source"): "gpuhosts/plans/gate_probe.py verbatim: code of this repository",
     ("benchmark/bench.py.j2", "source"): "gpuhosts/plans/bench_probe.py verbatim: code of this repository",
     ("ddtree_reference/ddtree-result.py.j2", "source"): "gpuhosts/plans/ddtree_result.py verbatim",
-    ("benchmark/inner.sh.j2", "entry.wait"): "a command line quoted word by word (shlex.quote, gpuhosts/plans/"
-                                             "benchmark.py container_command)",
-    ("benchmark/inner.sh.j2", "run.client"): "a command line quoted word by word (container_command)",
-    ("benchmark/inner.sh.j2", "table"): "a command line quoted word by word (container_command)",
     ("training_node/check-hidden-states.py.j2", "source"): "gpuhosts/plans/hidden_state_check.py verbatim",
     ("training_node/check-drafter-config.py.j2", "source"): "gpuhosts/plans/drafter_config.py verbatim",
 }

@@ -108,14 +108,7 @@ def streamed(gate, settings, body: dict, clock=time.perf_counter) -> dict[str, A
     first = last = None
     chunks, usage, tool_call = 0, {}, False
     with gate._request(gate_settings, "/v1/chat/completions", body) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == "[DONE]":
-                break
-            event = json.loads(payload)
+        for event in gate.stream_events(response):
             usage = event.get("usage") or usage
             for choice in event.get("choices") or []:
                 delta = choice.get("delta") or {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,15 @@ from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference
 from gpuhosts.config import StackConfig
 from gpuhosts.facts import Fact, desired, files_facts, render_probe
 from gpuhosts.plans import bench_probe, ddtree_reference
-from gpuhosts.plans.deploy_gate import gate_settings
+from gpuhosts.plans.deploy_gate import gate_key, gate_settings
 from gpuhosts.plans.gate_script import GATE_SCRIPT
-from gpuhosts.plans.inference_service import environment_file, secret_variable, service_key, venv_path
+from gpuhosts.plans.inference_service import (
+    engine_environment,
+    environment_file,
+    secret_variable,
+    service_key,
+    venv_path,
+)
 from gpuhosts.render import PROJECT_ROOT, HostFile, render
 from gpuhosts.services import ServiceConfig
 from gpuhosts.units import Unit
@@ -69,22 +74,18 @@ def run_settings(bench: BenchmarkConfig, service: ServiceConfig) -> dict[str, An
     }
 
 
-def container_command(words: list[tuple[str, bool]]) -> str:
-    """A command line for the container's shell: each word quoted, container paths (True) under "$root"."""
-    return " ".join(('"$root"' if path else "") + shlex.quote(word) for word, path in words)
+def container_command(words: list[tuple[str, bool]]) -> list[dict[str, Any]]:
+    """A command line for the container's shell, word by word: templates/benchmark/inner.sh.j2 quotes each word
+    with `q` and puts a container path (`path`) under "$root"."""
+    return [{"word": word, "path": path} for word, path in words]
 
 
-def client_command(bench: BenchmarkConfig, service: ServiceConfig, command: str) -> str:
+def client_command(bench: BenchmarkConfig, service: ServiceConfig, command: str) -> list[dict[str, Any]]:
     """`bench.py run|wait` for one service, with that service's own Python; the key file by name only."""
     words = [(f"{venv_path(service)}/bin/python", True), (bench_script(bench).path, True), (command, False),
              (GATE_SCRIPT, True), (json.dumps(run_settings(bench, service), sort_keys=True), False)]
     env_file = environment_file(service)
     return container_command(words + ([(env_file, True), (secret_variable(service), False)] if env_file else []))
-
-
-def cuda_devices(config: StackConfig, service: ServiceConfig) -> str:
-    owned = [g.address for g in config.container_gpus(service.container)]
-    return ",".join(str(owned.index(a)) for a in service.gpus if a in owned)
 
 
 def ddtree_job(bench: BenchmarkConfig, config: StackConfig, by_name: dict[str, ServiceConfig]) -> dict[str, Any] | None:
@@ -97,7 +98,7 @@ def ddtree_job(bench: BenchmarkConfig, config: StackConfig, by_name: dict[str, S
     save = f"{work}/run.pt"
     argv = ddtree_reference.ddtree_job_argv(bench, f"{venv_path(service)}/bin/python", service.model.path, save)
     return {"argv": argv, "cwd": ddtree_reference.ddtree_checkout(bench.container, bench), "save": save,
-            "python": f"{venv_path(service)}/bin/python", "cuda": cuda_devices(config, service),
+            "python": f"{venv_path(service)}/bin/python", "cuda": engine_environment(service, config)["CUDA_VISIBLE_DEVICES"],
             "result_script": f"{script_dir(bench)}/ddtree-result.py", "log": f"{work}/benchmark.log",
             "out": f"{work}/result.json"}
 
@@ -120,8 +121,10 @@ def inputs_digest(bench: BenchmarkConfig, runs: list[dict[str, Any]], job: dict[
 
 
 def plan_benchmark(bench: BenchmarkConfig, config: StackConfig, service_units: dict[str, Unit],
-                   needs: tuple[str, ...], *, force: bool = False) -> Unit:
-    """The benchmark unit of `bench`; `force` renders the variant `gpuhosts bench` runs (same inputs digest)."""
+                   reference_units: tuple[str, ...] = (), *, force: bool = False) -> Unit:
+    """The benchmark unit of `bench`. It waits for the service units on its GPUs (their state is what it restores),
+    their gates, and `reference_units` (the DDTree checkout and drafter); `force` renders the variant
+    `gpuhosts bench` runs (same inputs digest)."""
     container_services = config.services_in(bench.container)
     by_name = {s.name: s for s in container_services}
     compared = [by_name[name] for name in bench.services]
@@ -132,9 +135,12 @@ def plan_benchmark(bench: BenchmarkConfig, config: StackConfig, service_units: d
                      "method": service.speculative.method.value,
                      "stop": [o.unit_name for o in overlapping(container_services, set(service.gpus)) if o is not service],
                      "client": client_command(bench, service, "run")})
+    on_gpus = overlapping(container_services, gpus)
     restore = [{"name": s.name, "unit": s.unit_name, "enabled": s.enabled,
                 "wait": client_command(bench, s, "wait") if s.enabled else None}
-               for s in overlapping(container_services, gpus)]
+               for s in on_gpus]
+    needs = ([service_key(s) for s in on_gpus] + [gate_key(s) for s in on_gpus if s.enabled]
+             + list(reference_units))
     job = ddtree_job(bench, config, by_name)
     measure = [m.value for m in bench.measure]
     files = [bench_script(bench), *ddtree_files(bench)]
@@ -147,7 +153,7 @@ def plan_benchmark(bench: BenchmarkConfig, config: StackConfig, service_units: d
     inner = render("benchmark/inner.sh.j2", unit=key, bench=bench, runs=runs, restore=restore, job=job, files=files,
                    restored=restored,
                    results=results_dir(bench), script=bench_script(bench).path, table=table,
-                   stop_all=[s.unit_name for s in overlapping(container_services, gpus)])
+                   stop_all=[s.unit_name for s in on_gpus])
     values = dict(unit=key, bench=bench, inner=inner, inputs=digest, results=results_dir(bench), force=force,
                   vmid=bench.container)
     host_facts = [Fact(f"results {results_dir(bench)}",
@@ -160,20 +166,10 @@ def plan_benchmark(bench: BenchmarkConfig, config: StackConfig, service_units: d
                         scripts=script_dir(bench), results=results_dir(bench)),
         probe=render_probe(key, host_facts, vmid=bench.container, container_facts=container_facts),
         desired=desired(host_facts + container_facts),
-        needs=needs, files=tuple(files), container=bench.container,
+        needs=tuple(needs), files=tuple(files), container=bench.container,
         undoes=f"benchmark {bench.name}'s scripts removed from CT {bench.container}; its results in "
                f"{results_dir(bench)} on the host are kept",
     )
-
-
-def benchmark_needs(bench: BenchmarkConfig, config: StackConfig, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The service units on the benchmark's GPUs (their state is what it restores), and their gates."""
-    container_services = config.services_in(bench.container)
-    by_name = {s.name: s for s in container_services}
-    gpus = {a for name in bench.services for a in by_name[name].gpus}
-    keys = [service_key(s) for s in overlapping(container_services, gpus)]
-    keys += [f"ct{s.container}-gate-{s.name}" for s in overlapping(container_services, gpus) if s.enabled]
-    return tuple(keys) + extra
 
 
 def summarize_benchmark(bench: BenchmarkConfig) -> dict[str, Any]:

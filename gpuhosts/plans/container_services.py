@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from gpuhosts.plans.benchmark import benchmark_needs, patch_text, plan_benchmark
+from gpuhosts.plans.benchmark import patch_text, plan_benchmark
 from gpuhosts.plans.container_userspace import userspace_key
 from gpuhosts.plans.ddtree_reference import plan_ddtree_checkout
 from gpuhosts.plans.deploy_gate import plan_deploy_gate
@@ -84,5 +84,5 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
             checkout = plan_ddtree_checkout(vmid, bench, patch_text(bench), (last_restart,))
             units.append(checkout)
             extra = (checkout.key, download_of[bench.ddtree.drafter.path])
-        units.append(plan_benchmark(bench, config, service_units, benchmark_needs(bench, config, extra)))
+        units.append(plan_benchmark(bench, config, service_units, extra))
     return units

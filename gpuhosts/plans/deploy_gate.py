@@ -49,10 +49,14 @@ def gate_command(service: ServiceConfig) -> list[str]:
     return command
 
 
+def gate_key(service: ServiceConfig) -> str:
+    return f"ct{service.container}-gate-{service.name}"
+
+
 def plan_deploy_gate(service: ServiceConfig, service_step: Unit) -> Unit:
     """The gate command of an enabled service. The service step's digest is part of the script, so a changed
     service re-runs the gate and an unchanged one does not."""
-    unit = f"ct{service.container}-gate-{service.name}"
+    unit = gate_key(service)
     values = dict(unit=unit, vmid=service.container, service=service, service_digest=service_step.digest,
                   venv=venv_path(service), gate_script=GATE_SCRIPT,
                   settings=json.dumps(gate_settings(service), sort_keys=True),

@@ -168,20 +168,25 @@ def _chat_body(settings: GateSettings, prompt: str, max_tokens: int, stream: boo
     return body
 
 
+def stream_events(response):
+    """The JSON events of a streamed chat completion (server-sent `data:` lines), up to `[DONE]`."""
+    for raw in response:
+        line = raw.decode().strip()
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        yield json.loads(payload)
+
+
 def timed_decode(settings: GateSettings, clock=time.perf_counter) -> tuple[float | None, int]:
     """Stream the fixed request; decode tokens/s between the first and the last token (prefill excluded)."""
     first = last = None
     chunks = 0
     usage_tokens = None
     with _request(settings, "/v1/chat/completions", _chat_body(settings, TIMED_PROMPT, settings.max_tokens, True)) as response:
-        for raw in response:
-            line = raw.decode().strip()
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == "[DONE]":
-                break
-            event = json.loads(payload)
+        for event in stream_events(response):
             if event.get("usage"):
                 usage_tokens = event["usage"].get("completion_tokens")
             for choice in event.get("choices") or []:
