@@ -111,6 +111,9 @@ def test_the_filler_is_deterministic_and_holds_the_needle_once():
     assert filler(500).count("Bergen") == 1 and len(filler(500).splitlines()) == 501
 
 
+# A stand-in of liranringel/ddtree benchmark.py `main` at c96427a185677bf4133ed865dd1626a5041aef9b: the flags it
+# parses (tests/fixtures/ddtree/benchmark-args.json, captured from it), no figure printed, and the run it
+# torch.save-s at --save-path (here the fixture real torch 2.11 wrote, tests/fixtures/ddtree/README.md).
 STAND_IN = """
 import argparse, os, shutil, sys
 parser = argparse.ArgumentParser()

@@ -183,6 +183,9 @@ def test_a_service_that_never_becomes_healthy_fails_the_run_and_the_declared_one
     assert (state(tree, SGLANG), state(tree, VLLM)) == ("active", "inactive")
 
 
+# A stand-in of liranringel/ddtree benchmark.py `main` at c96427a185677bf4133ed865dd1626a5041aef9b: the flags it
+# parses (tests/fixtures/ddtree/benchmark-args.json, captured from it), no figure printed, and the run it
+# torch.save-s at --save-path (here the fixture real torch 2.11 wrote, tests/fixtures/ddtree/README.md).
 STAND_IN = '''import argparse, os, shutil
 parser = argparse.ArgumentParser()
 for flag in ("--model-name-or-path", "--draft-name-or-path", "--dataset", "--save-path"):
