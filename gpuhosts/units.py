@@ -10,18 +10,28 @@ A unit is facts plus an operation (docs: README, "How a host is converged"):
 Plan functions return units with the keys of the units they need; `UnitGraph` checks that the needs exist and have
 no cycle, and gives the apply order, the teardown order and the waves a parallel engine may run at once. The
 components materialise a graph with one loop (components/host_units.py); nothing else writes an order down.
+
+The plans also say where each unit sits in the resource tree (`Unit.group`: the components above it, below the
+host's own) and which outputs a component offers (`Group`); the tree is for reading, the needs alone order the units.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
-from typing import Any, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, TypeVar
 
 from gpuhosts.render import HostFile
 
 UNIT_KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# A unit's kind names its resource type and a group's kind its component's type: a Pulumi type's name.
+KIND = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
+GROUP_NAME = UNIT_KEY
+
+# The components above a unit, outermost first, each (kind, name): (("LxcContainer", "ct129"),
+# ("InferenceServiceStack", "qwen-sglang")). Empty: directly under the host's component.
+GroupPath = tuple[tuple[str, str], ...]
 
 
 class GraphError(ValueError):
@@ -53,20 +63,61 @@ class Unit:
     # The container a change of this unit restarts (devN or mpN entries), and whether allowRestart lets it.
     restarts: int | None = None
     restart_allowed: bool = False
+    group: GroupPath = ()
 
     def __post_init__(self) -> None:
         if not UNIT_KEY.match(self.key):
             raise GraphError(f"unit key {self.key!r} is not lower-case letters, digits and '-'")
+        if not KIND.match(self.kind):
+            raise GraphError(f"unit {self.key}: kind {self.kind!r} is not a CamelCase name (it names a resource type)")
+        _check_path(self.group, f"unit {self.key}")
 
     @property
     def digest(self) -> str:
         return hashlib.sha256((self.ensure + "\0" + self.teardown).encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Report:
+    """A component's output that is the report of one of its units, once that unit has run."""
+
+    unit: str
+
+
+@dataclass(frozen=True)
+class Group:
+    """A component users read outputs from: where it is (as a unit's `group`) and its outputs, each a plain value
+    or a `Report`."""
+
+    path: GroupPath
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise GraphError("a group's path is empty: the host's own component is not a group")
+        _check_path(self.path, "group")
+
+
+def _check_path(path: GroupPath, what: str) -> None:
+    for step in path:
+        if not (isinstance(step, tuple) and len(step) == 2 and KIND.match(step[0]) and GROUP_NAME.match(step[1])):
+            raise GraphError(f"{what}: group step {step!r} is not (CamelCase kind, lower-case name)")
+
+
+Placed = TypeVar("Placed", Unit, Group)
+
+
+def within(path: GroupPath, items: Iterable[Placed]) -> list[Placed]:
+    """The units or groups moved under `path`, keeping the groups they already have below it: an outer plan puts
+    what an inner plan grouped into its own component."""
+    return [replace(item, group=path + item.group) if isinstance(item, Unit) else replace(item, path=path + item.path)
+            for item in items]
+
+
 class UnitGraph:
     """Units and their needs, checked once: unknown needs and cycles are errors that name the units."""
 
-    def __init__(self, units: Iterable[Unit]):
+    def __init__(self, units: Iterable[Unit], groups: Iterable[Group] = ()):
         self.units: dict[str, Unit] = {}
         for unit in units:
             if unit.key in self.units:
@@ -77,6 +128,39 @@ class UnitGraph:
             if unknown:
                 raise GraphError(f"unit {unit.key} needs {', '.join(unknown)}, which the plan does not have")
         self._order = self._topological()
+        self.groups: dict[GroupPath, Group] = {}
+        for group in groups:
+            if group.path in self.groups:
+                raise GraphError(f"two groups are at {_path_text(group.path)}")
+            self.groups[group.path] = group
+        self._check_groups()
+
+    def _check_groups(self) -> None:
+        paths = self.components()
+        # A component's resource name is unique only with its type's chain of kinds (a Pulumi URN has no parent
+        # names), so one name under two containers would be one resource.
+        seen: dict[tuple[tuple[str, ...], str], GroupPath] = {}
+        for path in paths:
+            identity = (tuple(kind for kind, _ in path), path[-1][1])
+            if seen.setdefault(identity, path) != path:
+                raise GraphError(f"groups {_path_text(seen[identity])} and {_path_text(path)} would be one resource: "
+                                 f"give them different names")
+        for path, group in self.groups.items():
+            if path not in paths:
+                raise GraphError(f"group {_path_text(path)} has outputs but no unit under it")
+            for name, value in group.outputs.items():
+                if isinstance(value, Report) and (value.unit not in self.units or
+                                                  self.units[value.unit].group[:len(path)] != path):
+                    raise GraphError(f"group {_path_text(path)}: output {name} reports {value.unit}, which is not a "
+                                     "unit under it")
+
+    def components(self) -> list[GroupPath]:
+        """Every group the units are in, outer before inner, in the apply order of the first unit in each."""
+        paths: dict[GroupPath, None] = {}
+        for unit in self.apply_order:
+            for depth in range(1, len(unit.group) + 1):
+                paths.setdefault(unit.group[:depth])
+        return list(paths)
 
     def _topological(self) -> list[str]:
         # Kahn's algorithm; ties keep the order in which the plan declared the units, so output is stable.
@@ -126,3 +210,7 @@ class UnitGraph:
 
     def files(self) -> list[tuple[int | None, HostFile]]:
         return [(unit.container, file) for unit in self.apply_order for file in unit.files]
+
+
+def _path_text(path: GroupPath) -> str:
+    return "/".join(f"{kind} {name}" for kind, name in path)

@@ -25,7 +25,7 @@ from gpuhosts.compat import model_facts
 from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_fact
 from gpuhosts.render import HostFile, render
 from gpuhosts.training import LayerIds, TrainerStack, declared_drafter, layer_ids
-from gpuhosts.units import Unit, UnitGraph
+from gpuhosts.units import Group, Unit, UnitGraph, within
 
 SPECULATORS_REPOSITORY = "https://github.com/vllm-project/speculators"
 VLLM_REPOSITORY = "https://github.com/vllm-project/vllm"
@@ -328,8 +328,15 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                                               (dataset_dir, training.dataset.delete_on_destroy),
                                               (save, training.delete_checkpoints_on_destroy)) if not delete],
     }
-    graph = UnitGraph([preflight, *env_steps.values(), *download_steps.values(), convert_step, dataset, server_step,
-                       check, job, monitor_step])
+    # The resource tree: the job with its data and starting drafter, the server with its check, the monitor; the
+    # pre-flight, the shared environment and the weights stay under the node, as several of them read those.
+    job_at, server_at, monitor_at = ((("TrainingJobStack", "training"),), (("HiddenStateServerStack", "hidden-states"),),
+                                     (("MonitorStack", "monitor"),))
+    graph = UnitGraph([preflight, env_steps["speculators"], *within(server_at, [env_steps["vllm"]]),
+                       *within(monitor_at, [env_steps["monitor"]]), *download_steps.values(),
+                       *within(job_at, [convert_step, dataset]), *within(server_at, [server_step, check]),
+                       *within(job_at, [job]), *within(monitor_at, [monitor_step])],
+                      [Group(job_at, {"checkpoints": save, "log": log, "dataset": data_path})])
     served = speculators_driver.Invocation(
         "vllm-serve", "vllm", training.vllm.version, "vllm serve", (f"{vllm_env.venv}/bin/python", "-m",
                                                                     "vllm.entrypoints.cli.main", "serve"),
