@@ -22,7 +22,7 @@ from pathlib import Path
 from gpuhosts import check, protocol
 from gpuhosts.config import ConfigError
 from gpuhosts.plan import PlanError
-from gpuhosts.plans.bench_probe import markdown
+from gpuhosts.hostside.bench_probe import markdown
 from gpuhosts.provider import run_operation, unit_inputs
 from gpuhosts.render import PROJECT_ROOT, TemplateError
 from gpuhosts.ssh import Connection, SshError

@@ -24,7 +24,7 @@ from gpuhosts.compat_data import (
 )
 from gpuhosts.config import NAMESPACE
 from gpuhosts.engines import driver_for
-from gpuhosts.plans.drafter_config import DrafterFacts, check_drafter, parse_drafter_config
+from gpuhosts.hostside.drafter_config import DrafterFacts, check_drafter, parse_drafter_config
 from gpuhosts.services import Engine, ServiceConfig, SpecMethod
 
 __all__ = ["RULES_FILE", "EngineFacts", "Finding", "ModelFacts", "RuleFile", "Severity", "check_services",

@@ -18,8 +18,8 @@ from pydantic import Field, field_validator, model_validator
 from gpuhosts.compat_data import dataset_rows
 from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, Problem, SshConfig, _Model
 from gpuhosts.fields import HF_REPO, below, ip_address, safe_directory
-from gpuhosts.plans.dataset_prepare import CONVERTERS
-from gpuhosts.plans.drafter_config import compare_declared, parse_drafter_config, target_layer_ids
+from gpuhosts.hostside.dataset_prepare import CONVERTERS
+from gpuhosts.hostside.drafter_config import compare_declared, parse_drafter_config, target_layer_ids
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
 from gpuhosts_monitor.bind import is_loopback
 
@@ -440,7 +440,7 @@ def declared_drafter(training: TrainingConfig, ids: "LayerIds | None" = None) ->
 
 def drafter_config_problems(training: TrainingConfig, config: dict[str, Any]) -> list[Problem]:
     """The stack's drafter values against the drafter's config.json, where the plan has it (the node checks the
-    downloaded file the same way: gpuhosts/plans/drafter_config.py runs there verbatim)."""
+    downloaded file the same way: gpuhosts/hostside/drafter_config.py runs there verbatim)."""
     _, found = compare_declared(parse_drafter_config(config), declared_drafter(training),
                                 origin=f"{training.drafter.repo}'s config.json")
     return [Problem(path=f"{NAMESPACE}:training.{name}", message=message) for name, message in found]

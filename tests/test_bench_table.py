@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuhosts.plans.bench_probe import build_table, filler, markdown, notes_for, summarise_service
+from gpuhosts.hostside.bench_probe import build_table, filler, markdown, notes_for, summarise_service
 
 ALL = ["decodeTokensPerS", "ttftS", "acceptanceLength", "acceptanceRate", "longContextDecodeRatio"]
 
@@ -21,7 +21,7 @@ def service(name="qwen-sglang", engine="sglang", method="mtp", passed=True, fail
             "figures": base}
 
 
-# What gpuhosts/plans/ddtree_result.py `summarise` gives for a run (tests/fixtures/ddtree/*.expected.json).
+# What gpuhosts/hostside/ddtree_result.py `summarise` gives for a run (tests/fixtures/ddtree/*.expected.json).
 DDTREE = {"ddtree": {"method": "ddtree_tb64", "bestBudget": 64, "acceptanceLength": 1.67, "speedup": 1.4},
           "dflash": {"acceptanceLength": 1.59, "speedup": 1.3},
           "methods": {"baseline": {"acceptanceLength": 1.0}, "dflash": {"acceptanceLength": 1.59},
@@ -133,7 +133,7 @@ shutil.copy(os.environ["STAND_IN_RUN"], os.environ.get("GPUHOSTS_HOST_ROOT", "")
 def test_the_reference_job_runs_the_script_and_reads_its_saved_run(tmp_path, monkeypatch, fail):
     """bench.py's `ddtree` command with a stand-in of DDTree's benchmark.py (its flags, its saved run: the fixture
     torch wrote) and the shipped reader; the figures are the reader's, a failure names the end of the log."""
-    from gpuhosts.plans.bench_probe import run_ddtree
+    from gpuhosts.hostside.bench_probe import run_ddtree
     from gpuhosts.plans.ddtree_reference import render_ddtree_result_script
 
     fixtures = Path(__file__).parent / "fixtures" / "ddtree"

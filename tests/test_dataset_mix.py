@@ -18,8 +18,8 @@ from transformers import PreTrainedTokenizerFast
 
 from conftest import TRAINER_SECRETS, trainer_values
 from gpuhosts.config import ConfigError
-from gpuhosts.plans import dataset_prepare
-from gpuhosts.plans.dataset_prepare import CONVERTERS, render_calls, strict_template
+from gpuhosts.hostside import dataset_prepare
+from gpuhosts.hostside.dataset_prepare import CONVERTERS, render_calls, strict_template
 from gpuhosts.stacks import validate_trainer_stack
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"

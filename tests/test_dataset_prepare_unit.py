@@ -1,5 +1,5 @@
 """DatasetPrepare on a simulated training node (tests/fakehost): a stack's `dataset.mix` downloaded from the simulated
-Hub's data set repos (tests/fixtures/datasets/hub), converted and mixed by gpuhosts/plans/dataset_prepare.py, and
+Hub's data set repos (tests/fixtures/datasets/hub), converted and mixed by gpuhosts/hostside/dataset_prepare.py, and
 tokenized by the speculators environment's scripts/prepare_data.py (its stand-in checks the v0.7.0 flags); reruns,
 a changed count, an interrupted tokenize, a gated source and destroy."""
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuhosts.plans import ddtree_result
+from gpuhosts.hostside import ddtree_result
 from gpuhosts.plans.ddtree_reference import render_ddtree_result_script
-from gpuhosts.plans.ddtree_result import ResultError, load_run, main, summarise
+from gpuhosts.hostside.ddtree_result import ResultError, load_run, main, summarise
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ddtree"
 # name, turns, dataset, temperature, draft attention, budgets

@@ -13,7 +13,7 @@ import pytest
 from gpuhosts.compat_data import engine_facts
 from gpuhosts.engines import DRIVERS
 from gpuhosts.plans.deploy_gate import gate_command, gate_settings
-from gpuhosts.plans.gate_probe import GateSettings, acceptance, has_text, metric_samples, run_gate
+from gpuhosts.hostside.gate_probe import GateSettings, acceptance, has_text, metric_samples, run_gate
 from gpuhosts.plans.gate_script import render_gate_script
 from engine_standin import MODEL, PINNED, SHAPES, Engine, release_shapes, start_engine
 from services_data import kpro5_services

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhosts.plans.drafter_config import (
+from gpuhosts.hostside.drafter_config import (
     check_drafter,
     compare_declared,
     derive_dflash_config,

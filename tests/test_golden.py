@@ -34,15 +34,15 @@ SHARED = ("common/lib.sh.j2", "vfio_binding/pci.sh.j2", "lxc_gpu_passthrough/con
 ELSEWHERE = {
     "opt/gpuhosts/monitor/app/gpuhosts_monitor/": "a file of gpuhosts_monitor/ under a managed-by header; "
                                                   "tests/test_monitor_deploy.py, tests/test_monitor.py",
-    "usr/local/lib/gpuhosts/deploy-gate.py": "gpuhosts/plans/gate_probe.py verbatim; tests/test_deploy_gate.py",
-    "usr/local/lib/gpuhosts/check-hidden-states.py": "gpuhosts/plans/hidden_state_check.py; "
+    "usr/local/lib/gpuhosts/deploy-gate.py": "gpuhosts/hostside/gate_probe.py verbatim; tests/test_deploy_gate.py",
+    "usr/local/lib/gpuhosts/check-hidden-states.py": "gpuhosts/hostside/hidden_state_check.py; "
                                                      "tests/test_hidden_state_check.py",
-    "usr/local/lib/gpuhosts/check-drafter-config.py": "gpuhosts/plans/drafter_config.py verbatim; "
+    "usr/local/lib/gpuhosts/check-drafter-config.py": "gpuhosts/hostside/drafter_config.py verbatim; "
                                                       "tests/test_drafter_config.py",
-    "usr/local/lib/gpuhosts/dataset-prepare.py": "gpuhosts/plans/dataset_prepare.py verbatim; tests/test_dataset_mix.py",
-    "usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py": "gpuhosts/plans/bench_probe.py verbatim; "
+    "usr/local/lib/gpuhosts/dataset-prepare.py": "gpuhosts/hostside/dataset_prepare.py verbatim; tests/test_dataset_mix.py",
+    "usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py": "gpuhosts/hostside/bench_probe.py verbatim; "
                                                                "tests/test_bench_table.py, tests/test_benchmark_unit.py",
-    "usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py": "gpuhosts/plans/ddtree_result.py verbatim; "
+    "usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py": "gpuhosts/hostside/ddtree_result.py verbatim; "
                                                                        "tests/test_ddtree_result.py",
     "opt/gpuhosts/ddtree/": "stacks/patches/ddtree-gdn-hybrid.patch, its sha256 pinned by the stack; "
                             "tests/test_ddtree_reference.py",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpuhosts.plans.hidden_state_check import check, read_tensors
+from gpuhosts.hostside.hidden_state_check import check, read_tensors
 from gpuhosts.plans.training_node import CHECK_SCRIPT, plan_training_node
 from conftest import FIXTURES, TRAINER_SECRETS, trainer_values
 from gpuhosts.stacks import validate_trainer_stack
@@ -73,7 +73,7 @@ import json as _json
 import os
 import shutil
 
-from gpuhosts.plans.hidden_state_check import check_response, hidden_states_path, sweep_locks, written
+from gpuhosts.hostside.hidden_state_check import check_response, hidden_states_path, sweep_locks, written
 
 
 class Writer:

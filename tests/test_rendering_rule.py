@@ -39,11 +39,11 @@ ALLOWLIST = {
     ("common/probe.sh.j2", "fact.probe"):
         "a bash expression built by gpuhosts/facts.py and the components; the values in it are shlex-quoted where "
         "it is built, and the behavioural tests below run the probes with hostile values",
-    ("gate_probe/gate.py.j2", "source"): "gpuhosts/plans/gate_probe.py verbatim: code of this repository",
-    ("benchmark/bench.py.j2", "source"): "gpuhosts/plans/bench_probe.py verbatim: code of this repository",
-    ("ddtree_reference/ddtree-result.py.j2", "source"): "gpuhosts/plans/ddtree_result.py verbatim",
-    ("training_node/check-hidden-states.py.j2", "source"): "gpuhosts/plans/hidden_state_check.py verbatim",
-    ("training_node/check-drafter-config.py.j2", "source"): "gpuhosts/plans/drafter_config.py verbatim",
+    ("gate_probe/gate.py.j2", "source"): "gpuhosts/hostside/gate_probe.py verbatim: code of this repository",
+    ("benchmark/bench.py.j2", "source"): "gpuhosts/hostside/bench_probe.py verbatim: code of this repository",
+    ("ddtree_reference/ddtree-result.py.j2", "source"): "gpuhosts/hostside/ddtree_result.py verbatim",
+    ("training_node/check-hidden-states.py.j2", "source"): "gpuhosts/hostside/hidden_state_check.py verbatim",
+    ("training_node/check-drafter-config.py.j2", "source"): "gpuhosts/hostside/drafter_config.py verbatim",
 }
 # modprobe.d runs an `install` line through /bin/sh, so its files follow the bash rules; modules-load.d has only
 # module names and comments.

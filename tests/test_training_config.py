@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhosts.plans.drafter_config import target_layer_ids
+from gpuhosts.hostside.drafter_config import target_layer_ids
 from gpuhosts.plans.training_node import plan_training_node
 from conftest import TRAINER_SECRETS, trainer_values
 from gpuhosts.config import ConfigError

@@ -19,7 +19,8 @@ from typing import Any
 from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference
 from gpuhosts.config import StackConfig
 from gpuhosts.facts import Fact, desired, files_facts, render_probe
-from gpuhosts.plans import bench_probe, ddtree_reference
+from gpuhosts.hostside import bench_probe
+from gpuhosts.plans import ddtree_reference
 from gpuhosts.plans.deploy_gate import gate_key, gate_settings
 from gpuhosts.plans.gate_script import GATE_SCRIPT
 from gpuhosts.plans.inference_service import (

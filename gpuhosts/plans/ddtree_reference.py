@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference
 from gpuhosts.facts import Fact, desired, files_facts
-from gpuhosts.plans import ddtree_result
+from gpuhosts.hostside import ddtree_result
 from gpuhosts.plans.paths import SERVICE_ROOT
 from gpuhosts.plans.python_env import in_container, probe_in
 from gpuhosts.render import HostFile, render
@@ -97,7 +97,7 @@ def ddtree_job_argv(bench: BenchmarkConfig, python: str, target_model_path: str,
 
 
 def render_ddtree_result_script() -> HostFile:
-    """gpuhosts/plans/ddtree_result.py as the container receives it: standard library only, so any python3 there
+    """gpuhosts/hostside/ddtree_result.py as the container receives it: standard library only, so any python3 there
     (a service's environment or the system's) reads a run file."""
     return HostFile(RESULT_SCRIPT, render("ddtree_reference/ddtree-result.py.j2", path=RESULT_SCRIPT,
                                           source=Path(ddtree_result.__file__).read_text().rstrip("\n")), "0755")

@@ -1,4 +1,4 @@
-"""DeployGate: after a service's step changed, run the gate probe (gpuhosts/plans/gate_probe.py) in its container.
+"""DeployGate: after a service's step changed, run the gate probe (gpuhosts/hostside/gate_probe.py) in its container.
 
 The probe waits for /health, sends a smoke request, times decode and reads acceptance from /metrics; it fails the
 deployment below the service's `gate:` thresholds. Its measurements become the stack output `services`.

@@ -1,11 +1,11 @@
-"""The deploy gate's script as the containers receive it: gpuhosts/plans/gate_probe.py's own source, which runs
+"""The deploy gate's script as the containers receive it: gpuhosts/hostside/gate_probe.py's own source, which runs
 there with only the standard library and prometheus_client."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gpuhosts.plans import gate_probe
+from gpuhosts.hostside import gate_probe
 from gpuhosts.render import HostFile, render
 
 GATE_SCRIPT = "/usr/local/lib/gpuhosts/deploy-gate.py"

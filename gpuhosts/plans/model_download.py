@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuhosts.plans.drafter_config import target_layer_ids
+from gpuhosts.hostside.drafter_config import target_layer_ids
 from gpuhosts.plans.paths import SERVICE_ROOT
 from gpuhosts.plans.python_env import UV_HOME, UV_VERSION, EnvSpec, env_marker, in_container, lock_file, probe_in
 from gpuhosts.compat import model_facts

@@ -5,7 +5,7 @@ from gpuhosts.compat_data import model_facts
 from gpuhosts.plans.benchmark import summarize_benchmark
 from gpuhosts.plans.container_services import plan_container_services
 from gpuhosts.plans.deploy_gate import gate_settings
-from gpuhosts.plans.drafter_config import target_layer_ids
+from gpuhosts.hostside.drafter_config import target_layer_ids
 from gpuhosts.plans.inference_service import engine_args, engine_environment, environment_file, venv_path
 from gpuhosts.plans.python_env import requirement
 from gpuhosts.plans.container_userspace import plan_container_userspace

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuhosts.engines import speculators as speculators_driver
-from gpuhosts.plans import drafter_config, hidden_state_check
+from gpuhosts.hostside import dataset_prepare, drafter_config, hidden_state_check
 from gpuhosts.plans.model_download import HF_TOKEN, Download, plan_model_download
 from gpuhosts.plans.python_env import SERVICE_ROOT, EnvSpec, plan_env
 from gpuhosts.compat import model_facts
@@ -38,8 +38,8 @@ LIB_DIR = "/usr/local/lib/gpuhosts"
 CHECK_SCRIPT = f"{LIB_DIR}/check-hidden-states.py"
 DRAFTER_CHECK_SCRIPT = f"{LIB_DIR}/check-drafter-config.py"
 PREPARE_SCRIPT = f"{LIB_DIR}/dataset-prepare.py"
-# The node-side converter and mixer: gpuhosts/plans/dataset_prepare.py runs there verbatim.
-PREPARE_SOURCE = Path(__file__).resolve().parent / "dataset_prepare.py"
+# The node-side converter and mixer: gpuhosts/hostside/dataset_prepare.py runs there verbatim.
+PREPARE_SOURCE = Path(dataset_prepare.__file__)
 # speculators' tokenizer step, in the checkout of the pinned release (v0.7.0 scripts/prepare_data.py).
 PREPARE_DATA_SCRIPT = "scripts/prepare_data.py"
 MONITOR_TOKEN = "/etc/gpuhosts/monitor.token"
@@ -405,7 +405,7 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
         raise ValueError(f"gpuhosts:training.dataset.mix: {twice} is listed twice; give each source once with the "
                          "count it contributes")
     shebang, code = PREPARE_SOURCE.read_text().split("\n", 1)
-    script = HostFile(PREPARE_SCRIPT, f"{shebang}\n# managed by gpuhosts — gpuhosts/plans/dataset_prepare.py of the "
+    script = HostFile(PREPARE_SCRIPT, f"{shebang}\n# managed by gpuhosts — gpuhosts/hostside/dataset_prepare.py of the "
                                       f"gpuhosts repository verbatim; do not edit on the node\n{code}", "0755")
     script_digest = hashlib.sha256(script.content.encode()).hexdigest()
     spec = json.dumps(mix_spec(seed, sources, target), sort_keys=True, separators=(",", ":"))

@@ -4,7 +4,7 @@
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=b94125c9c09fde7db5dc26db10f27204
+inputs=3a169f3af34c37409f85c7aee44d9663
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
@@ -22,10 +22,10 @@ script="$(cat <<'GPUHOSTS_INNER'
 work=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/run
 run_status=0
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:84fcc203ac9d84b8]
+# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:55edffc4d552eece]
 GPUHOSTS_EOF
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py.sha256 sha256:7251d40abe9ada8f]
+# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py.sha256 sha256:410209d2e4a5cd1e]
 GPUHOSTS_EOF
 rm -rf "$root$work"
 mkdir -p "$root$work"

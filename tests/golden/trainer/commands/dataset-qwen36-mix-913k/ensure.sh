@@ -8,16 +8,16 @@ target=/data/data/qwen36-mix-913k
 python=/opt/gpuhosts/speculators/venv/bin/python
 hf=/opt/gpuhosts/speculators/venv/bin/hf
 script=/usr/local/lib/gpuhosts/dataset-prepare.py
-script_digest=8f69f66204d85396efd858cd3b4d134dc2a2f4217f3f6cb345fd1bb19cf36582
+script_digest=6992a8d4f03a79de60985f95a7c8ae0d7b48142d617ab854fad609ba74fbb02c
 spec='{"seed":20260601,"sources":[{"converted":"sources/open-orca-openorca-train-bd216d34e6/converted.jsonl","count":564786,"name":"Open-Orca/OpenOrca@0d8a61a06664ddb11341d806e4508a2624eaddbf:train"},{"converted":"sources/theblackcat102-evol-codealpaca-v1-train-9f3e8e51f5/converted.jsonl","count":110000,"name":"theblackcat102/evol-codealpaca-v1@c75242318519b5470635e84064baed7c78594020:train"},{"converted":"sources/ise-uiuc-magicoder-evol-instruct-110k-train-fdd9dd889f/converted.jsonl","count":110000,"name":"ise-uiuc/Magicoder-Evol-Instruct-110K@b0079beaa0361d82412520b873715bee59cc7dd4:train"},{"converted":"sources/thoughtworks-agentic-coding-trajectories-train-31d3e7828b/converted.jsonl","count":15000,"name":"thoughtworks/agentic-coding-trajectories@cef72d1f4d0caabf85937adf8337a14b7522c782:train"},{"converted":"sources/glaiveai-glaive-function-calling-v2-train-f2686b7269/converted.jsonl","count":57000,"name":"glaiveai/glaive-function-calling-v2@0000000000000000000000000000000000000000:train"},{"converted":"sources/mustafaege-qwen3-5-functioncalling-v2-train-fc2c82fd97/converted.jsonl","count":57000,"name":"Mustafaege/qwen3.5-functioncalling-v2@0000000000000000000000000000000000000000:train"}]}'
-prepare_key=8fe3d1b9271e14473f259cbf7ee94dd8
+prepare_key=05be850a223428b4520beeb0b8143247
 version=0.7.0
 needs=(/data/models/Qwen/Qwen3.6-27B/.gpuhosts-download /opt/gpuhosts/speculators/src/scripts/prepare_data.py /opt/gpuhosts/speculators/venv/bin/hf)
 for path in "${needs[@]}"; do
   [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
 done
 install_file /usr/local/lib/gpuhosts/dataset-prepare.py 0755 <<'GPUHOSTS_EOF'
-# [content: usr/local/lib/gpuhosts/dataset-prepare.py.sha256 sha256:8f69f66204d85396]
+# [content: usr/local/lib/gpuhosts/dataset-prepare.py.sha256 sha256:6992a8d4f03a79de]
 GPUHOSTS_EOF
 unset HF_TOKEN HF_TOKEN_PATH
 

@@ -11,7 +11,7 @@ install_file /etc/systemd/system/gpuhosts-hidden-state-server.service 0644 <<'GP
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/check-hidden-states.py 0755 <<'GPUHOSTS_EOF'
-# [content: usr/local/lib/gpuhosts/check-hidden-states.py.sha256 sha256:2eb19d779b2d5ae6]
+# [content: usr/local/lib/gpuhosts/check-hidden-states.py.sha256 sha256:52d4ddb3ed28e803]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 [ "$restart" = 0 ] || systemctl daemon-reload

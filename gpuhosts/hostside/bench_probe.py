@@ -3,7 +3,7 @@
 For each prompt it streams one request and takes the time to the first token (TTFT) and the decode rate between
 the first and the last token (the usage count of completion tokens, since a speculative step can carry several);
 around each request it reads the engine's Prometheus metrics, so acceptance length and rate come from the
-engine itself, as the deploy gate reads them (gpuhosts/plans/gate_probe.py `acceptance`): vLLM's counters are
+engine itself, as the deploy gate reads them (gpuhosts/hostside/gate_probe.py `acceptance`): vLLM's counters are
 differenced over the prompts, SGLang's gauges read after each one. The long-context request is sized by two short
 calibration requests (the engine's own `usage.prompt_tokens` says how many tokens a filler word costs), so it
 reaches `contextTokens` whatever the tokenizer.
@@ -319,7 +319,7 @@ def main(argv: list[str]) -> int:
 
 def run_ddtree(result_script: str, job: dict[str, Any]) -> dict[str, Any]:
     """Run DDTree's own benchmark.py (its output to the job's log), then read the run it saved with the result
-    parser (gpuhosts/plans/ddtree_result.py, shipped beside this script); the outcome goes to the job's `out`."""
+    parser (gpuhosts/hostside/ddtree_result.py, shipped beside this script); the outcome goes to the job's `out`."""
     # Container paths; a simulated container lives under GPUHOSTS_HOST_ROOT (docs/fakehost-contract.md).
     root = os.environ.get("GPUHOSTS_HOST_ROOT", "")
     job = {**job, **{k: root + job[k] for k in ("cwd", "save", "log", "out")},
