@@ -1,12 +1,13 @@
 """Offline plan: run the real Pulumi program under the SDK's mock runtime and write what it would apply.
 
 Nothing here talks to a host or to a Pulumi backend. The program (`__main__.py`) runs unchanged; a mock monitor
-records every resource it registers — type, name, parent, dependencies, inputs — and the stack outputs.
+records every resource it registers — type, name, parent, dependencies, inputs, aliases — and the stack outputs.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import runpy
 import shutil
 import tempfile
@@ -17,9 +18,10 @@ from typing import Any
 import yaml
 
 from gpuhosts.benchmarks import referenced_benchmark_secrets
-from gpuhosts.config import NAMESPACE, StackKind, stack_kind
+from gpuhosts.config import NAMESPACE, ConfigError, Problem, StackKind, stack_kind
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
+from gpuhosts.resource_tree import render_tree
 from gpuhosts.services import referenced_secrets
 from gpuhosts.stacks import require_locks, validate_stack, validate_trainer_stack
 from gpuhosts.training import referenced_training_secrets
@@ -29,10 +31,20 @@ SECRET = "[secret]"
 SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
 # Stands in for secrets the CLI would decrypt; it must never reach a plan file.
 SECRET_PLACEHOLDER = "gpuhosts-plan-secret-placeholder"
-HOST_UNIT_TYPE = "pulumi-python:dynamic:Resource"
+# Every unit is a dynamic resource of the one provider, of the type its kind names (components/host_units.py);
+# `pulumi-python:dynamic:Resource` is what every unit was before kinds had types.
+HOST_UNIT_PREFIX = "pulumi-python:dynamic"
+UNIT_TYPE = "pulumi-python:dynamic/gpuhosts:{kind}"
 # Written into every plan folder: only a folder that holds it may be replaced by the next plan.
 PLAN_MARKER = ".gpuhosts-plan"
 SCRIPTS = ("ensure", "teardown", "probe")
+
+
+# The program's warnings under mocks: the plan reports them already, from the stack it validated, so the SDK's mock
+# engine, which would print each a second time through the root logger, gets a logger that keeps them to itself.
+PROGRAM_LOG = logging.getLogger("gpuhosts.plan.program")
+PROGRAM_LOG.addHandler(logging.NullHandler())
+PROGRAM_LOG.propagate = False
 
 
 class PlanError(Exception):
@@ -47,35 +59,83 @@ class Recorded:
     parent: str | None
     dependencies: list[str]
     inputs: dict[str, Any]
+    # The URNs the resource was known by before, as the engine resolves its aliases.
+    aliases: list[str] = field(default_factory=list)
 
 
 @dataclass
 class ProgramRun:
     resources: list[Recorded] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    stack_urn: str = ""
+
+
+def is_host_unit(type_: str) -> bool:
+    return type_.startswith(HOST_UNIT_PREFIX)
+
+
+# The top-level keys of a Pulumi stack file; anything else there is ignored by the CLI, so a value meant for the
+# program that sits beside `config:` instead of under it would never reach it.
+STACK_FILE_KEYS = ("config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment")
+
+
+class _StackFileLoader(yaml.SafeLoader):
+    """YAML as the stack file's reader must take it: a key given twice is refused, not silently the last one."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, Any] = {}
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first.setdefault(key, key_node.start_mark)
+                except TypeError:
+                    continue  # an unhashable key: the base class names it
+                if earlier is not key_node.start_mark:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is given twice (first on line {earlier.line + 1}); YAML would keep "
+                        "only the last one: merge the two or remove one", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def _file_problem(where: str, message: str) -> ConfigError:
+    return ConfigError([Problem(path=where, message=message)])
 
 
 def read_stack_file(path: Path, other_keys: list[str] | None = None) -> tuple[dict[str, Any], set[str]]:
     """The stack's gpuhosts:* values (namespace stripped) and which of them are secure (encrypted) values; the keys
-    of other namespaces go to `other_keys`. A file that is not a stack file is named with the reason and line."""
+    of other namespaces go to `other_keys`. A file that is not a stack file is a ConfigError naming the file, line
+    and key: an invalid stack, as a wrong value is."""
     if not path.is_file():
         raise PlanError(f"stack file {path} does not exist; create it or pass --stack-file")
     try:
-        document = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        document = yaml.load(path.read_bytes().decode("utf-8"), Loader=_StackFileLoader)
     except UnicodeDecodeError as error:
-        raise PlanError(f"{path}: is not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8") from None
+        raise _file_problem(str(path), f"is not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8") \
+            from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         reason = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise PlanError(f"{where}: not valid YAML: {reason}") from None
+        raise _file_problem(where, f"not valid YAML: {reason}") from None
     document = {} if document is None else document
     if not isinstance(document, dict) or not isinstance(document.get("config") or {}, dict):
-        raise PlanError(f"{path}: a stack file is a mapping with a `config:` mapping of `gpuhosts:KEY: value` entries")
+        raise _file_problem(str(path), "a stack file is a mapping with a `config:` mapping of `gpuhosts:KEY: value` "
+                                       "entries")
+    problems = [Problem(path=f"{path}: {key}", message=(
+        "is at the top level of the stack file, where Pulumi hands nothing to the program; every key sits under "
+        "`config:`: add a `config:` line above the keys and indent them under it"))
+        for key in map(str, document) if key not in STACK_FILE_KEYS]
     values: dict[str, Any] = {}
     secure: set[str] = set()
     for key, value in (document.get("config") or {}).items():
-        namespace, _, name = str(key).partition(":")
+        namespace, colon, name = str(key).partition(":")
+        if not colon:
+            problems.append(Problem(path=f"{path}: config.{key}", message=(
+                f"has no namespace; every key under `config:` is NAMESPACE:NAME, so write {NAMESPACE}:{key}")))
+            continue
         if namespace != NAMESPACE:
             if other_keys is not None:
                 other_keys.append(str(key))
@@ -84,6 +144,8 @@ def read_stack_file(path: Path, other_keys: list[str] | None = None) -> tuple[di
             secure.add(name)
             value = SECRET_PLACEHOLDER
         values[name] = value
+    if problems:
+        raise ConfigError(problems)
     return values, secure
 
 
@@ -144,7 +206,9 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
     class RecordingMonitor(pulumi_mocks.MockMonitor):
         def RegisterResource(self, request):
             response = super().RegisterResource(request)
-            if request.type != "pulumi:pulumi:Stack":
+            if request.type == "pulumi:pulumi:Stack":
+                run.stack_urn = response.urn
+            else:
                 run.resources.append(Recorded(
                     urn=response.urn,
                     type=request.type,
@@ -152,8 +216,25 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
                     parent=request.parent or None,
                     dependencies=sorted(set(request.dependencies)),
                     inputs=(_unwrap if reveal_secrets else _scrub)(rpc.deserialize_properties(request.object)),
+                    aliases=[self.alias_urn(request, alias) for alias in request.aliases]
+                    + list(getattr(request, "aliasURNs", [])),
                 ))
             return response
+
+        def alias_urn(self, request, alias) -> str:
+            """An alias as the engine resolves it (pkg/resource/deploy/source_eval.go, RegisterResource): a URN as
+            given; a spec's unset name, type and parent are the resource's own, and its URN is made as the
+            resource's is (here: the mock monitor's make_urn)."""
+            if not alias.HasField("spec"):
+                return alias.urn
+            spec = alias.spec
+            parent = "" if spec.noParent else (spec.parentUrn or request.parent)
+            urn = self.make_urn(parent, spec.type or request.type, spec.name or request.name)
+            if spec.stack or spec.project:
+                stack_part, project_part, rest = urn.split("::", 2)
+                urn = (f"urn:pulumi:{spec.stack or stack_part.removeprefix('urn:pulumi:')}::"
+                       f"{spec.project or project_part}::{rest}")
+            return urn
 
     config = {f"{NAMESPACE}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     # Keys of other namespaces, as a stack file may hold them.
@@ -165,7 +246,8 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
     # A fresh root stack per run, so that several runs in one process do not share resources.
     pulumi.runtime.settings.ROOT.set(None)
     mocks = Mocks()
-    pulumi.runtime.set_mocks(mocks, project=NAMESPACE, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
+    pulumi.runtime.set_mocks(mocks, project=NAMESPACE, stack=stack, preview=False, logger=PROGRAM_LOG,
+                             monitor=RecordingMonitor(mocks))
     runpy.run_path(str(project_root / "__main__.py"), run_name="__main__")
     _sync_await(pulumi.runtime.stack.wait_for_rpcs())
     # Stack outputs are only sent to the engine when a real program finishes; read them off the root resource.
@@ -186,27 +268,39 @@ def load_stack(values: dict[str, Any], secure: set[str], other_keys=()):
 
 def check_materialized(graph, resources: list[Recorded]) -> None:
     """The program registered one host unit per unit of the graph, waiting for exactly what the unit needs."""
-    units = {r.urn: r for r in resources if r.type == HOST_UNIT_TYPE}
+    units = {r.urn: r for r in resources if is_host_unit(r.type)}
     by_name = {r.name: r for r in units.values()}
     if set(by_name) != set(graph.units):
         raise PlanError(f"the program's host units {sorted(by_name)} differ from the plan's {sorted(graph.units)}")
+    by_urn = {r.urn: r for r in resources}
     for unit in graph:
-        waits = {units[urn].name for urn in by_name[unit.key].dependencies if urn in units}
+        resource = by_name[unit.key]
+        waits = {units[urn].name for urn in resource.dependencies if urn in units}
         if waits != set(unit.needs):
             raise PlanError(f"{unit.key} waits for {sorted(waits)} in the program but needs {sorted(unit.needs)}")
+        if resource.type != UNIT_TYPE.format(kind=unit.kind):
+            raise PlanError(f"{unit.key} is a {resource.type} in the program, not a {UNIT_TYPE.format(kind=unit.kind)}")
+        # Up the tree, the components the plan puts the unit in, innermost first, then the host's.
+        parent = by_urn.get(resource.parent)
+        for kind, name in reversed(unit.group):
+            if parent is None or (parent.type.rsplit(":", 1)[-1], parent.name) != (kind, name):
+                raise PlanError(f"{unit.key} is not under the {kind} {name} of the plan in the program")
+            parent = by_urn.get(parent.parent)
+        if parent is None or is_host_unit(parent.type) or by_urn.get(parent.parent) is not None:
+            raise PlanError(f"{unit.key}'s components in the program are not those of the plan")
 
 
 def _resource_view(r: Recorded) -> dict[str, Any]:
     """A resource as resources.json shows it: scripts by reference (they are under commands/), not inline."""
     inputs = dict(r.inputs)
-    if r.type == HOST_UNIT_TYPE:
+    if is_host_unit(r.type):
         for name in SCRIPTS:
             if isinstance(inputs.get(name), str):
                 inputs[name] = f"[commands/{r.name}/{name}.sh sha256:{_sha(inputs[name])}]"
         if isinstance(inputs.get("__provider"), str):
             inputs["__provider"] = f"[pickled gpuhosts.provider.HostUnitProvider sha256:{_sha(inputs['__provider'])}]"
     return {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "dependencies": r.dependencies,
-            "inputs": inputs}
+            "inputs": inputs, "aliases": r.aliases}
 
 
 def _sha(text: str) -> str:
@@ -255,6 +349,8 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
     try:
         resources = sorted(run.resources, key=lambda r: r.urn)
         _dump(staging / "resources.json", [_resource_view(r) for r in resources])
+        rank = {unit.key: index for index, unit in enumerate(graph.apply_order)}
+        (staging / "tree.txt").write_text(render_tree(run.stack_urn, resources, rank))
 
         host_dir = staging / "hosts" / host
         for container, file in graph.files():

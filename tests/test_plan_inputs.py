@@ -43,17 +43,45 @@ def test_a_stack_name_that_is_not_one_is_refused(name, tmp_path):
 
 @pytest.mark.parametrize("content, words", [
     (b"config: [\n", ":2:1: not valid YAML"),
-    (b"config:\n  gpuhosts:host: {name: kpro5\n", "not valid YAML"),
-    (b"- just\n- a list\n", "a stack file is a mapping with a `config:` mapping"),
-    (b"config: [1, 2]\n", "a stack file is a mapping with a `config:` mapping"),
-    (b"config:\n  gpuhosts:host: \xff\xfe\n", "is not UTF-8 text"),
-], ids=["unclosed list", "unclosed mapping", "a list", "config a list", "latin-1 bytes"])
-def test_a_broken_stack_file_is_named_without_a_traceback(tmp_path, content, words):
+    (b"config:\n  gpuhosts:host: {name: kpro5\n", ":3:1: not valid YAML"),
+    (b"- just\n- a list\n", ": a stack file is a mapping with a `config:` mapping"),
+    (b"config: [1, 2]\n", ": a stack file is a mapping with a `config:` mapping"),
+    (b"config:\n  gpuhosts:host: \xff\xfe\n", ": is not UTF-8 text"),
+    (b"config:\n  gpuhosts:kind: proxmox\n  gpuhosts:gpus: []\n  gpuhosts:kind: trainer\n",
+     ":4:3: not valid YAML: key 'gpuhosts:kind' is given twice (first on line 2)"),
+    (b"config:\n  gpuhosts:host:\n    name: kpro5\n    ssh: {host: a, port: 22, port: 2222}\n",
+     ":4:30: not valid YAML: key 'port' is given twice (first on line 4)"),
+    (b"gpuhosts:kind: proxmox\ngpuhosts:host: {name: kpro5}\n",
+     ": gpuhosts:kind: is at the top level of the stack file, where Pulumi hands nothing to the program; every key "
+     "sits under `config:`"),
+    (b"config:\n  gpuhosts:kind: proxmox\ngpuhosts:services: []\n", ": gpuhosts:services: is at the top level"),
+    (b"config:\n  gpuhosts:kind: proxmox\n  host: {name: kpro5}\n",
+     ": config.host: has no namespace; every key under `config:` is NAMESPACE:NAME, so write gpuhosts:host"),
+    (b"config:\n  kind: trainer\n", ": config.kind: has no namespace; every key under `config:` is NAMESPACE:NAME, "
+     "so write gpuhosts:kind"),
+], ids=["unclosed list", "unclosed mapping", "a list", "config a list", "latin-1 bytes", "a key twice under config",
+        "a key twice in a section", "no config wrapper", "a section beside config", "a section without namespace",
+        "the kind without namespace"])
+def test_a_broken_stack_file_is_an_invalid_stack_named_without_a_traceback(tmp_path, content, words):
+    """Exit 2, as for any other invalid stack: the file (and its line where YAML has one) and the key, and the fix."""
     stack = tmp_path / "Pulumi.kpro5.yaml"
     stack.write_bytes(content)
     result = plan("kpro5", "--stack-file", str(stack), "--out", str(tmp_path / "out"))
-    assert result.returncode == 1 and words in result.stderr and str(stack) in result.stderr, result.stderr
+    assert result.returncode == 2 and f"{stack}{words}" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_merge_key_is_not_a_duplicate(tmp_path):
+    from gpuhosts.plan import read_stack_file
+
+    stack = tmp_path / "Pulumi.x.yaml"
+    stack.write_text("base: &ssh {host: a, port: 22}\nconfig:\n  gpuhosts:node: {ssh: {<<: *ssh, port: 2222}}\n")
+    with pytest.raises(Exception, match="base: is at the top level"):
+        read_stack_file(stack)
+    stack.write_text("config:\n  gpuhosts:a: &ssh {host: a, port: 22}\n  gpuhosts:node: {ssh: {<<: *ssh, port: 2222}}\n")
+    values, _secure = read_stack_file(stack)
+    assert values["node"] == {"ssh": {"host": "a", "port": 2222}}
 
 
 def test_a_misspelt_namespace_is_an_error_naming_the_intended_key(tmp_path):
