@@ -1,7 +1,7 @@
 """Offline plan: run the real Pulumi program under the SDK's mock runtime and write what it would apply.
 
 Nothing here talks to a host or to a Pulumi backend. The program (`__main__.py`) runs unchanged; a mock monitor
-records every resource it registers — type, name, parent, dependencies, inputs, aliases — and the stack outputs.
+records every resource it registers — type, name, parent, dependencies, inputs — and the stack outputs.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from gpuhosts.benchmarks import referenced_benchmark_secrets
 from gpuhosts.config import NAMESPACE, ConfigError, Problem, StackKind, stack_kind
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
-from gpuhosts.resource_tree import render_tree
 from gpuhosts.services import referenced_secrets
 from gpuhosts.stacks import require_locks, validate_stack, validate_trainer_stack
 from gpuhosts.training import referenced_training_secrets
@@ -31,10 +30,7 @@ SECRET = "[secret]"
 SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
 # Stands in for secrets the CLI would decrypt; it must never reach a plan file.
 SECRET_PLACEHOLDER = "gpuhosts-plan-secret-placeholder"
-# Every unit is a dynamic resource of the one provider, of the type its kind names (components/host_units.py);
-# `pulumi-python:dynamic:Resource` is what every unit was before kinds had types.
-HOST_UNIT_PREFIX = "pulumi-python:dynamic"
-UNIT_TYPE = "pulumi-python:dynamic/gpuhosts:{kind}"
+HOST_UNIT_TYPE = "pulumi-python:dynamic:Resource"
 # Written into every plan folder: only a folder that holds it may be replaced by the next plan.
 PLAN_MARKER = ".gpuhosts-plan"
 SCRIPTS = ("ensure", "teardown", "probe")
@@ -59,19 +55,12 @@ class Recorded:
     parent: str | None
     dependencies: list[str]
     inputs: dict[str, Any]
-    # The URNs the resource was known by before, as the engine resolves its aliases.
-    aliases: list[str] = field(default_factory=list)
 
 
 @dataclass
 class ProgramRun:
     resources: list[Recorded] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
-    stack_urn: str = ""
-
-
-def is_host_unit(type_: str) -> bool:
-    return type_.startswith(HOST_UNIT_PREFIX)
 
 
 # The top-level keys of a Pulumi stack file; anything else there is ignored by the CLI, so a value meant for the
@@ -206,9 +195,7 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
     class RecordingMonitor(pulumi_mocks.MockMonitor):
         def RegisterResource(self, request):
             response = super().RegisterResource(request)
-            if request.type == "pulumi:pulumi:Stack":
-                run.stack_urn = response.urn
-            else:
+            if request.type != "pulumi:pulumi:Stack":
                 run.resources.append(Recorded(
                     urn=response.urn,
                     type=request.type,
@@ -216,25 +203,8 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
                     parent=request.parent or None,
                     dependencies=sorted(set(request.dependencies)),
                     inputs=(_unwrap if reveal_secrets else _scrub)(rpc.deserialize_properties(request.object)),
-                    aliases=[self.alias_urn(request, alias) for alias in request.aliases]
-                    + list(getattr(request, "aliasURNs", [])),
                 ))
             return response
-
-        def alias_urn(self, request, alias) -> str:
-            """An alias as the engine resolves it (pkg/resource/deploy/source_eval.go, RegisterResource): a URN as
-            given; a spec's unset name, type and parent are the resource's own, and its URN is made as the
-            resource's is (here: the mock monitor's make_urn)."""
-            if not alias.HasField("spec"):
-                return alias.urn
-            spec = alias.spec
-            parent = "" if spec.noParent else (spec.parentUrn or request.parent)
-            urn = self.make_urn(parent, spec.type or request.type, spec.name or request.name)
-            if spec.stack or spec.project:
-                stack_part, project_part, rest = urn.split("::", 2)
-                urn = (f"urn:pulumi:{spec.stack or stack_part.removeprefix('urn:pulumi:')}::"
-                       f"{spec.project or project_part}::{rest}")
-            return urn
 
     config = {f"{NAMESPACE}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     # Keys of other namespaces, as a stack file may hold them.
@@ -268,39 +238,27 @@ def load_stack(values: dict[str, Any], secure: set[str], other_keys=()):
 
 def check_materialized(graph, resources: list[Recorded]) -> None:
     """The program registered one host unit per unit of the graph, waiting for exactly what the unit needs."""
-    units = {r.urn: r for r in resources if is_host_unit(r.type)}
+    units = {r.urn: r for r in resources if r.type == HOST_UNIT_TYPE}
     by_name = {r.name: r for r in units.values()}
     if set(by_name) != set(graph.units):
         raise PlanError(f"the program's host units {sorted(by_name)} differ from the plan's {sorted(graph.units)}")
-    by_urn = {r.urn: r for r in resources}
     for unit in graph:
-        resource = by_name[unit.key]
-        waits = {units[urn].name for urn in resource.dependencies if urn in units}
+        waits = {units[urn].name for urn in by_name[unit.key].dependencies if urn in units}
         if waits != set(unit.needs):
             raise PlanError(f"{unit.key} waits for {sorted(waits)} in the program but needs {sorted(unit.needs)}")
-        if resource.type != UNIT_TYPE.format(kind=unit.kind):
-            raise PlanError(f"{unit.key} is a {resource.type} in the program, not a {UNIT_TYPE.format(kind=unit.kind)}")
-        # Up the tree, the components the plan puts the unit in, innermost first, then the host's.
-        parent = by_urn.get(resource.parent)
-        for kind, name in reversed(unit.group):
-            if parent is None or (parent.type.rsplit(":", 1)[-1], parent.name) != (kind, name):
-                raise PlanError(f"{unit.key} is not under the {kind} {name} of the plan in the program")
-            parent = by_urn.get(parent.parent)
-        if parent is None or is_host_unit(parent.type) or by_urn.get(parent.parent) is not None:
-            raise PlanError(f"{unit.key}'s components in the program are not those of the plan")
 
 
 def _resource_view(r: Recorded) -> dict[str, Any]:
     """A resource as resources.json shows it: scripts by reference (they are under commands/), not inline."""
     inputs = dict(r.inputs)
-    if is_host_unit(r.type):
+    if r.type == HOST_UNIT_TYPE:
         for name in SCRIPTS:
             if isinstance(inputs.get(name), str):
                 inputs[name] = f"[commands/{r.name}/{name}.sh sha256:{_sha(inputs[name])}]"
         if isinstance(inputs.get("__provider"), str):
             inputs["__provider"] = f"[pickled gpuhosts.provider.HostUnitProvider sha256:{_sha(inputs['__provider'])}]"
     return {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "dependencies": r.dependencies,
-            "inputs": inputs, "aliases": r.aliases}
+            "inputs": inputs}
 
 
 def _sha(text: str) -> str:
@@ -349,8 +307,6 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
     try:
         resources = sorted(run.resources, key=lambda r: r.urn)
         _dump(staging / "resources.json", [_resource_view(r) for r in resources])
-        rank = {unit.key: index for index, unit in enumerate(graph.apply_order)}
-        (staging / "tree.txt").write_text(render_tree(run.stack_urn, resources, rank))
 
         host_dir = staging / "hosts" / host
         for container, file in graph.files():
