@@ -122,6 +122,7 @@ class HostReview:
     reboot: list[str] = field(default_factory=list)
     allow_reboot: bool = False
     restarts: dict[str, tuple[bool, list[str]]] = field(default_factory=dict)  # container -> (allowed, why)
+    actions: list[str] = field(default_factory=list)  # what `pulumi up` does to services, gates and benchmarks
     other: list[str] = field(default_factory=list)
     new_files: list[str] = field(default_factory=list)
     gone_files: list[str] = field(default_factory=list)
@@ -355,6 +356,7 @@ def review_host(host: str, base: HostPlan | None, head: HostPlan | None) -> Host
             review.secrets.append(f"{name} changed (its encrypted value in the stack file differs)")
 
     review.other = _other_changes(b.desired, h.desired)
+    review.actions = _actions(b, h, set(review.added) | {key for key, _ in review.changed})
 
     for kind, old_files, new_files in (("file", b.files, h.files), ("script", b.scripts, h.scripts)):
         for label in sorted(set(old_files) | set(new_files)):
@@ -365,6 +367,94 @@ def review_host(host: str, base: HostPlan | None, head: HostPlan | None) -> Host
             elif old_files[label] != new_files[label]:
                 review.file_diffs.append((label, _file_diff(label, old_files[label], new_files[label])))
     return review
+
+
+def _systemd_facts(unit: dict[str, Any] | None) -> dict[str, list[str]]:
+    """A unit's systemd services and their desired state words (`enabled active`)."""
+    return {fact.removeprefix("systemd "): str(value).split()
+            for fact, value in ((unit or {}).get("desired") or {}).items() if fact.startswith("systemd ")}
+
+
+def _service_of(desired: dict[str, Any], systemd_unit: str) -> tuple[str, str, dict[str, Any]] | None:
+    """(vmid, name, summary) of the container service that runs as `systemd_unit`."""
+    for vmid, container in (desired.get("containers") or {}).items():
+        for name, service in (container.get("services") or {}).items():
+            if service.get("unit") == systemd_unit:
+                return str(vmid), name, service
+    return None
+
+
+def _benchmark_of(desired: dict[str, Any], key: str) -> tuple[str, str, dict[str, Any]] | None:
+    for vmid, container in (desired.get("containers") or {}).items():
+        for name, bench in (container.get("benchmarks") or {}).items():
+            if bench.get("unit") == key:
+                return str(vmid), name, bench
+    return None
+
+
+def _state(words: list[str] | None) -> str:
+    return "running" if words and "active" in words else "stopped"
+
+
+def _actions(base: HostPlan, head: HostPlan, touched: set[str]) -> list[str]:
+    """What `pulumi up` does beyond writing files, for the units whose inputs change (`touched`), in apply order:
+    which services start, stop or restart, which deploy gates measure again (and which do not, though the service
+    they measure restarts), and which benchmarks run again, stopping the services on their GPUs one at a time."""
+    lines: list[tuple[int, str]] = []
+    restarted: dict[str, str] = {}  # unit key -> the service it restarts
+    order = {key: unit.get("applyOrder") or 0 for key, unit in head.units.items()}
+
+    def where(systemd_unit: str) -> str:
+        found = _service_of(head.desired, systemd_unit)
+        return f"{systemd_unit} in CT {found[0]}" if found else systemd_unit
+
+    for key in sorted(touched, key=lambda k: (order.get(k, 0), k)):
+        old, new = base.units.get(key), head.units.get(key)
+        if new is None:
+            continue
+        old_facts, new_facts = (old or {}).get("desired") or {}, new.get("desired") or {}
+        files_changed = any(fact.startswith("file ") and old_facts.get(fact) != value for fact, value in new_facts.items())
+        before, after = _systemd_facts(old), _systemd_facts(new)
+        for systemd_unit, words in sorted(after.items()):
+            was, now = (_state(before[systemd_unit]) if systemd_unit in before else None), _state(words)
+            if was is None and now == "running":
+                text = f"starts {where(systemd_unit)}"
+            elif was is None:
+                text = f"installs {where(systemd_unit)} stopped"
+            elif was != now:
+                text = f"{'starts' if now == 'running' else 'stops'} {where(systemd_unit)}"
+            elif files_changed and now == "running":
+                text = f"restarts {where(systemd_unit)} with its new settings (down until it is up again)"
+                restarted[key] = systemd_unit
+            elif files_changed:
+                text = f"rewrites {where(systemd_unit)}, which stays stopped"
+            else:
+                continue
+            lines.append((order.get(key, 0), f"{key}: {text}"))
+        bench = _benchmark_of(head.desired, key)
+        if bench is not None:
+            vmid, name, spec = bench
+            because = sorted(set(new.get("needs") or ()) & touched)
+            services = {n: s for n, s in ((head.desired.get("containers") or {}).get(vmid, {}).get("services") or {}).items()}
+            compared = [n for n in spec.get("services") or () if n in services]
+            gpus = sorted({g for n in compared for g in services[n].get("gpus") or ()})
+            back = ", ".join(f"{n} {'running' if services[n].get('enabled') else 'stopped'}" for n in compared)
+            lines.append((order.get(key, 0), (
+                f"{key}: the benchmark {name} runs {'again' if old is not None else ''}".rstrip()
+                + (f", as its inputs changed with {', '.join(because)}" if because else "")
+                + f": on CT {vmid}'s GPUs {', '.join(gpus)} it runs {', '.join(compared)} one at a time, stopping "
+                f"every other service on those GPUs while each is measured, then puts them back as declared ({back})")))
+        elif new.get("kind") == "DeployGate":
+            measured = [where(u) for n in new.get("needs") or () for u in _systemd_facts(head.units.get(n))]
+            lines.append((order.get(key, 0), f"{key}: measures {', '.join(measured) or 'its service'}"
+                                             f"{' again' if old is not None else ''} once it answers; `pulumi up` "
+                                             "fails below the gate's thresholds"))
+    for key, systemd_unit in restarted.items():
+        for dependent in head.units[key].get("neededBy") or ():
+            if dependent not in touched and (head.units.get(dependent) or {}).get("kind") == "DeployGate":
+                lines.append((order.get(dependent, 0), f"{dependent}: does not run (its inputs are unchanged), so the "
+                                                       f"restarted {systemd_unit} is not measured again"))
+    return [text for _, text in sorted(lines, key=lambda item: item[0])]
 
 
 def review_plans(base: Plan, head: Plan) -> list[HostReview]:
@@ -408,6 +498,9 @@ def summary_lines(review: HostReview) -> list[str]:
     restarts = _restart_lines(review)
     lines.append("  container restarts: " + ("none" if not restarts else restarts[0]))
     lines += [f"    {line}" for line in restarts[1:]]
+    if review.actions:
+        lines.append("  `pulumi up` then:")
+        lines += [f"    {line}" for line in review.actions]
     if review.gpus:
         lines.append("  GPU assignment:")
         lines += [f"    {line}" for line in review.gpus]
@@ -594,11 +687,19 @@ def review_from_git(root: Path, stacks: list[str], base_ref: str) -> list[StackR
         checkout = scratch_dir / "base"
         checkout.mkdir()
         commit = export_ref(root, base_ref, checkout)
+        # A stack on neither side is a misspelt name, not a stack without change: it would read as "no change".
+        unknown = [stack for stack in stacks if not any((side / "stacks" / f"Pulumi.{stack}.yaml").is_file()
+                                                        for side in (checkout, root))]
+        if unknown:
+            known = sorted({p.name.removeprefix("Pulumi.").removesuffix(".yaml")
+                            for side in (checkout, root) for p in (side / "stacks").glob("Pulumi.*.yaml")})
+            raise DiffError(f"unknown stack {', '.join(unknown)}: no stacks/Pulumi.{unknown[0]}.yaml at "
+                            f"{commit[:12]} nor in the working tree; give stacks that exist on one side at least "
+                            f"(known: {', '.join(known) or 'none'})")
         for stack in stacks:
             base = _run_plan(checkout, stack, scratch_dir / f"base-{stack}", f"base ({commit[:12]})")
             head = _run_plan(root, stack, scratch_dir / f"head-{stack}", "head (working tree)")
-            note = ("no stack file on either side" if base is None and head is None else
-                    f"new stack: no stacks/Pulumi.{stack}.yaml at {commit[:12]}" if base is None else
+            note = (f"new stack: no stacks/Pulumi.{stack}.yaml at {commit[:12]}" if base is None else
                     f"stack removed: no stacks/Pulumi.{stack}.yaml in the working tree" if head is None else "")
             review = review_stack(stack, base or NO_PLAN, head or NO_PLAN, note)
             # A secret no unit reads on stdin (the SSH key) still shows its rotation in the stack files.

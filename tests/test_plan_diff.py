@@ -62,6 +62,11 @@ def token(cipher):
     return set_token
 
 
+def flip_services(config):
+    for service in config["gpuhosts:services"]:
+        service["enabled"] = not service.get("enabled", True)
+
+
 def trainer_port(config):
     config["gpuhosts:training"].setdefault("server", {})["port"] = 8001
 
@@ -116,8 +121,20 @@ CASES = [
     ("one port", "kpro5", (), (port,),
      ["~ ct129-service-qwen-sglang", "service ct129 qwen-sglang:", "argv: after --port 30000 → 30001",
       "listen: 0.0.0.0:30000 → 0.0.0.0:30001", "reboot: not expected", "container restarts: none",
-      "+++ head CT 129:/etc/systemd/system/gpuhosts-qwen-sglang.service", "+    --port 30001 \\"],
-     ["WARNING", "GPU assignment"]),
+      "+++ head CT 129:/etc/systemd/system/gpuhosts-qwen-sglang.service", "+    --port 30001 \\",
+      "`pulumi up` then:",
+      "ct129-service-qwen-sglang: restarts gpuhosts-qwen-sglang.service in CT 129 with its new settings",
+      "ct129-gate-qwen-sglang: measures gpuhosts-qwen-sglang.service in CT 129 again once it answers",
+      "ct129-bench-spec-bakeoff: the benchmark spec-bakeoff runs again, as its inputs changed with "
+      "ct129-gate-qwen-sglang, ct129-service-qwen-sglang: on CT 129's GPUs 0000:41:00.0, 0000:61:00.0 it runs "
+      "qwen-sglang, qwen-vllm-dflash one at a time, stopping every other service on those GPUs while each is "
+      "measured, then puts them back as declared (qwen-sglang running, qwen-vllm-dflash stopped)"],
+     ["WARNING", "GPU assignment", "does not run"]),
+    ("the services flipped", "kpro5", (), (flip_services,),
+     ["ct129-service-qwen-sglang: stops gpuhosts-qwen-sglang.service in CT 129",
+      "ct129-service-qwen-vllm-dflash: starts gpuhosts-qwen-vllm-dflash.service in CT 129",
+      "ct129-gate-qwen-vllm-dflash: measures gpuhosts-qwen-vllm-dflash.service in CT 129 once it answers",
+      "then puts them back as declared (qwen-sglang stopped, qwen-vllm-dflash running)"], ["restarts gpuhosts"]),
     ("driver bump", "kpro5", (), (driver_bump,),
      ["~ nvidia-driver", "reboot: expected but not done (allowReboot: false)", "nvidia-driver (loaded module)",
       "driver.version: 580.126.09 → 580.159.04", "containers.129.userspace: 580.126.09 → 580.159.04"],
@@ -144,7 +161,9 @@ CASES = [
      [CIPHER_OLD, CIPHER_NEW, "AAAAold", "BBBBnew", SECRET_PLACEHOLDER]),
     ("trainer server port", "trainer", (), (trainer_port,),
      ["service hidden-state server:", "argv: after --port 8000 → 8001", "url: http://127.0.0.1:8000 → "
-      "http://127.0.0.1:8001", "~ hidden-state-server", "reboot: not expected"], ["WARNING"]),
+      "http://127.0.0.1:8001", "~ hidden-state-server", "reboot: not expected",
+      "hidden-state-server: restarts gpuhosts-hidden-state-server.service with its new settings",
+      "dflash-training: restarts gpuhosts-dflash-training.service with its new settings"], ["WARNING", "CT "]),
 ]
 
 
@@ -170,7 +189,7 @@ def test_one_changed_port_is_a_short_review_beside_diff_r(plans):
     recursive = subprocess.run(["diff", "-r", str(base), str(head)], capture_output=True, text=True).stdout
     summary = summary_part(out)
     # The words a reviewer reads first fit on a screen and are a fraction of what diff -r prints.
-    assert len(summary.splitlines()) <= 12 and len(summary) * 4 < len(recursive)
+    assert len(summary.splitlines()) <= 16 and len(summary) * 4 < len(recursive)
     # The unified diffs are only the files that changed: the unit file and the two scripts that carry it, and the
     # bake-off's script, whose inputs are the services' (it measures again).
     assert out.count("\n--- base ") == 4 and out.startswith("stack kpro5: changes")
@@ -231,6 +250,9 @@ EXIT_CASES = [
     ("an unknown option", lambda p, t: [p("kpro5"), p("kpro5"), "--colour"], 1, "unrecognized arguments"),
     ("a bad stack name", lambda p, t: ["../x", "--base", "HEAD"], 1, "is not a stack name"),
     ("a bad ref", lambda p, t: ["kpro5", "--base", "no-such-ref-anywhere"], 1, "--base no-such-ref-anywhere: not a commit"),
+    # A stack on neither side is a misspelt name: an error, never "no change" (nor "changes", which passes CI).
+    ("an unknown stack", lambda p, t: ["kpro5", "kpro9", "--base", "HEAD"], 1,
+     "unknown stack kpro9: no stacks/Pulumi.kpro9.yaml at "),
 ]
 
 
@@ -239,6 +261,74 @@ def test_exit_codes(plans, tmp_path, capsys, case):
     _, args, code, message = case
     assert cli.main(["diff", *map(str, args(plans, tmp_path))]) == code
     assert message in capsys.readouterr().err
+
+
+def _unit(kind: str, order: int, desired: dict, needs=(), needed_by=()) -> dict:
+    return {"kind": kind, "applyOrder": order, "desired": desired, "needs": list(needs), "neededBy": list(needed_by)}
+
+
+SERVICE_FILE = "file /etc/systemd/system/gpuhosts-chat.service"
+
+
+def _host(service_state: str, service_file: str, gate_script: str = "gate v1") -> diff.HostPlan:
+    """A host of one service, its gate and a benchmark of it and a stopped twin on the same two GPUs."""
+    units = {
+        "ct200-service-chat": _unit("InferenceService", 1, {SERVICE_FILE: service_file,
+                                                             "systemd gpuhosts-chat.service": service_state},
+                                    needed_by=["ct200-gate-chat", "ct200-bench-ab"]),
+        "ct200-service-twin": _unit("InferenceService", 2, {"systemd gpuhosts-twin.service": "disabled inactive"},
+                                    needed_by=["ct200-bench-ab"]),
+        "ct200-gate-chat": _unit("DeployGate", 3, {}, needs=["ct200-service-chat"]),
+        # The digest of the benchmark's inputs: the services' units, as the plan makes it.
+        "ct200-bench-ab": _unit("Benchmark", 4, {"results /var/lib/x": f"{service_file} {service_state}"},
+                                needs=["ct200-service-chat", "ct200-service-twin"]),
+    }
+    services = {"chat": {"unit": "gpuhosts-chat.service", "enabled": "active" in service_state.split(),
+                         "gpus": ["0000:41:00.0", "0000:61:00.0"]},
+                "twin": {"unit": "gpuhosts-twin.service", "enabled": False, "gpus": ["0000:61:00.0", "0000:41:00.0"]}}
+    desired = {"containers": {"200": {"services": services,
+                                      "benchmarks": {"ab": {"unit": "ct200-bench-ab", "services": ["chat", "twin"]}}}}}
+    scripts = {"commands/ct200-gate-chat/ensure.sh": gate_script}
+    return diff.HostPlan(desired, units, scripts, {})
+
+
+ACTIONS = {
+    # (base, head) -> what `pulumi up` then does, in apply order
+    "a new unit file restarts the running service; its gate is unchanged and does not measure": (
+        _host("enabled active", "sha256:a"), _host("enabled active", "sha256:b"),
+        ["ct200-service-chat: restarts gpuhosts-chat.service in CT 200 with its new settings (down until it is up "
+         "again)",
+         "ct200-gate-chat: does not run (its inputs are unchanged), so the restarted gpuhosts-chat.service is not "
+         "measured again",
+         "ct200-bench-ab: the benchmark ab runs again, as its inputs changed with ct200-service-chat: on CT 200's GPUs "
+         "0000:41:00.0, 0000:61:00.0 it runs chat, twin one at a time, stopping every other service on those GPUs "
+         "while each is measured, then puts them back as declared (chat running, twin stopped)"]),
+    "a changed gate measures again": (
+        _host("enabled active", "sha256:a"), _host("enabled active", "sha256:a", gate_script="gate v2"),
+        ["ct200-gate-chat: measures gpuhosts-chat.service in CT 200 again once it answers; `pulumi up` fails below "
+         "the gate's thresholds"]),
+    "a service switched off stops": (
+        _host("enabled active", "sha256:a"), _host("disabled inactive", "sha256:a"),
+        ["ct200-service-chat: stops gpuhosts-chat.service in CT 200",
+         "ct200-bench-ab: the benchmark ab runs again, as its inputs changed with ct200-service-chat: on CT 200's GPUs "
+         "0000:41:00.0, 0000:61:00.0 it runs chat, twin one at a time, stopping every other service on those GPUs "
+         "while each is measured, then puts them back as declared (chat stopped, twin stopped)"]),
+    "a stopped service's new file keeps it stopped": (
+        _host("disabled inactive", "sha256:a"), _host("disabled inactive", "sha256:b"),
+        ["ct200-service-chat: rewrites gpuhosts-chat.service in CT 200, which stays stopped",
+         "ct200-bench-ab: the benchmark ab runs again, as its inputs changed with ct200-service-chat: on CT 200's GPUs "
+         "0000:41:00.0, 0000:61:00.0 it runs chat, twin one at a time, stopping every other service on those GPUs "
+         "while each is measured, then puts them back as declared (chat stopped, twin stopped)"]),
+    "nothing changed, nothing runs": (_host("enabled active", "sha256:a"), _host("enabled active", "sha256:a"), []),
+}
+
+
+@pytest.mark.parametrize("case", ACTIONS, ids=list(ACTIONS))
+def test_what_up_does_follows_from_which_units_change_and_what_needs_them(case):
+    base, head, says = ACTIONS[case]
+    review = diff.review_host("h", base, head)
+    assert review.actions == says
+    assert ("  `pulumi up` then:" in diff.summary_lines(review)) == bool(says)
 
 
 def _git(repo: Path, *args: str) -> None:
