@@ -1,7 +1,8 @@
 """The pull-request preview (.github/workflows/preview.yml): valid for GitHub's workflow schema and, where it is
 installed, for actionlint; its shell steps shellcheck-clean and run here against a stand-in `gpuhosts`; the
-credential-free job free of secrets; the pulumi job gated on the secrets and on the pull request's own repository;
-every action pinned to a release; and the comment script (.github/scripts/preview-comment.js) run under node against
+credential-free job free of secrets on a GitHub-hosted runner; the pulumi job gated on the secrets and on the pull
+request's own repository, on a self-hosted runner its repository variable chooses; every action pinned by the full
+commit of a release named beside it; and the comment script (.github/scripts/preview-comment.js) run under node against
 a stand-in `github` object."""
 
 from __future__ import annotations
@@ -244,8 +245,10 @@ def test_the_gate_reads_whether_each_secret_is_set_never_its_value(workflow):
     assert gate["if"] == SAME_REPOSITORY
     assert gate["permissions"] == {}
     check = step(gate, step_id="secrets")
-    assert check["env"] == {"HAS_BACKEND_URL": "${{ secrets.PULUMI_BACKEND_URL != '' }}",
-                            "HAS_PASSPHRASE": "${{ secrets.PULUMI_CONFIG_PASSPHRASE != '' }}"}
+    assert {k: v for k, v in check["env"].items() if k != "RUNNER_LABELS"} == {
+        "HAS_BACKEND_URL": "${{ secrets.PULUMI_BACKEND_URL != '' }}",
+        "HAS_PASSPHRASE": "${{ secrets.PULUMI_CONFIG_PASSPHRASE != '' }}"}
+    assert "secrets." not in check["env"]["RUNNER_LABELS"]
     assert gate["outputs"] == {"ready": "${{ steps.secrets.outputs.ready }}"}
 
 
@@ -260,11 +263,12 @@ def test_the_gate_is_ready_only_with_both_secrets(case, workflow, tmp_path):
     script.write_text(step(workflow["jobs"]["pulumi-gate"], step_id="secrets")["run"])
     output = tmp_path / "github_output"
     env = {"PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(output), "HAS_BACKEND_URL": backend,
-           "HAS_PASSPHRASE": passphrase}
+           "HAS_PASSPHRASE": passphrase, "RUNNER_LABELS": '["self-hosted", "gpuhosts"]'}
     result = subprocess.run(["bash", "-e", str(script)], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert output.read_text() == f"ready={ready}\n"
     assert ("PULUMI_BACKEND_URL and PULUMI_CONFIG_PASSPHRASE" in result.stdout) == (ready == "false")
+    assert ('on a self-hosted runner labelled ["self-hosted", "gpuhosts"]' in result.stdout) == (ready == "true")
 
 
 def test_the_pulumi_job_runs_only_past_the_gate_and_in_this_repository(workflow):
@@ -273,6 +277,37 @@ def test_the_pulumi_job_runs_only_past_the_gate_and_in_this_repository(workflow)
     assert [part.strip() for part in job["if"].split("&&")] == [
         "needs.pulumi-gate.outputs.ready == 'true'", SAME_REPOSITORY]
     assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
+
+
+# The labels of GitHub-hosted runners (docs.github.com, "GitHub-hosted runners": standard and larger runners).
+HOSTED = re.compile(r"^(ubuntu|windows|macos)-[\w.-]+$")
+RUNNER_VARIABLE = "GPUHOSTS_RUNNER_LABELS"
+RUNS_ON = re.compile(r"^\$\{\{ fromJSON\(vars\.GPUHOSTS_RUNNER_LABELS \|\| '(\[.*\])'\) \}\}$")
+
+
+def live_labels(runs_on: str, variable: str | None) -> list[str]:
+    """The labels GitHub evaluates the live job's runs-on to: the variable's JSON list, or the default."""
+    default = RUNS_ON.fullmatch(runs_on)
+    assert default, f"runs-on reads fromJSON(vars.{RUNNER_VARIABLE} || '[…]'), not {runs_on!r}"
+    return json.loads(variable or default.group(1))
+
+
+def test_the_credential_free_diff_runs_on_a_github_hosted_runner(workflow):
+    assert HOSTED.match(diff_job(workflow)["runs-on"])
+
+
+@pytest.mark.parametrize("variable, labels", [
+    (None, ["self-hosted", "gpuhosts"]),
+    ('["self-hosted", "linux", "lab-b"]', ["self-hosted", "linux", "lab-b"]),
+], ids=["the default", "the repository variable"])
+def test_the_live_preview_runs_on_a_self_hosted_runner_the_variable_chooses(workflow, variable, labels):
+    """A hosted runner cannot reach hosts on a private network, and the refresh probes them over SSH."""
+    job = workflow["jobs"]["pulumi-preview"]
+    assert live_labels(job["runs-on"], variable) == labels
+    assert "self-hosted" in labels and not [label for label in labels if HOSTED.match(label)]
+    # The gate says which labels the job waits for, with the same default.
+    gate_env = step(workflow["jobs"]["pulumi-gate"], step_id="secrets")["env"]
+    assert gate_env["RUNNER_LABELS"] == job["runs-on"].replace("fromJSON(", "", 1).replace(") }}", " }}", 1)
 
 
 def test_the_pulumi_job_previews_each_live_stack_with_refresh_and_one_comment(workflow):
@@ -302,22 +337,37 @@ def test_python_and_uv_are_ready_before_pulumi_runs_the_program(workflow):
 
 # --- pins ---------------------------------------------------------------------------------------------------------
 
-PIN = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@(v\d+\.\d+\.\d+|[0-9a-f]{40})$")
-PINS = {"actions/checkout@v5.0.0": True, "pulumi/actions@v7.0.0": True,
-        "actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8": True, "owner/repo/sub/dir@v1.2.3": True,
-        "actions/checkout@v5": False, "actions/checkout@main": False, "actions/checkout": False,
-        "actions/checkout@08c6903": False}
+# A tag can be moved to other code; a commit cannot. The release it is of stands beside it, for a reader and for
+# Dependabot, which updates both.
+PIN = re.compile(r"^\s*(?:- )?uses: (?P<action>[\w.-]+/[\w.-]+(?:/[\w./-]+)?)@(?P<commit>[0-9a-f]{40}) "
+                 r"# (?P<release>v\d+(?:\.\d+){0,2})$")
+PINS = {"- uses: actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8 # v5.0.0": True,
+        "  uses: owner/repo/sub/dir@0123456789abcdef0123456789abcdef01234567 # v1": True,
+        "- uses: actions/checkout@v5.0.0": False, "- uses: actions/checkout@v5": False,
+        "- uses: actions/checkout@main": False, "- uses: actions/checkout": False,
+        "- uses: actions/checkout@08c6903 # v5.0.0": False,
+        "- uses: actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8": False,
+        "- uses: actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8 # five": False,
+        "- uses: actions/checkout@08C6903CD8C0FDE910A37F88322EDCFB5DD907A8 # v5.0.0": False}
 
 
-@pytest.mark.parametrize("uses", PINS, ids=list(PINS))
-def test_the_pin_rule(uses):
-    assert bool(PIN.match(uses)) is PINS[uses]
+@pytest.mark.parametrize("line", PINS, ids=range(len(PINS)))
+def test_the_pin_rule(line):
+    assert bool(PIN.match(line)) is PINS[line]
 
 
-def test_every_action_is_pinned_to_a_release_or_a_commit(workflow):
+def test_every_action_is_pinned_by_commit_with_its_release_beside_it(workflow):
     used = [s["uses"] for job in workflow["jobs"].values() for s in job["steps"] if "uses" in s]
     assert len(used) == 6
-    assert [uses for uses in used if not PIN.match(uses)] == []
+    lines = [line for line in WORKFLOW.read_text().splitlines() if re.match(r"^\s*(?:- )?uses:", line)]
+    assert len(lines) == len(used)
+    assert [line for line in lines if not PIN.match(line)] == []
+    # One action, one pin: two steps of the same action run the same code.
+    pins: dict[str, set] = {}
+    for line in lines:
+        found = PIN.match(line)
+        pins.setdefault(found["action"], set()).add((found["commit"], found["release"]))
+    assert {action: len(commits) for action, commits in pins.items() if len(commits) > 1} == {}
 
 
 # --- the comment script under node --------------------------------------------------------------------------------
