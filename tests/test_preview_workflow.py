@@ -325,7 +325,8 @@ def test_the_pulumi_job_previews_each_live_stack_with_refresh_and_one_comment(wo
 
 def test_python_and_uv_are_ready_before_pulumi_runs_the_program(workflow):
     runtime = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["runtime"]
-    assert runtime == {"name": "python", "options": {"toolchain": "uv"}}
+    assert runtime == {"name": "python", "options": {"toolchain": "uv", "virtualenv": ".venv"}}
+    assert re.search(r"^VENV := \.venv$", (ROOT / "Makefile").read_text(), re.M), "Pulumi runs the venv make syncs"
     steps = workflow["jobs"]["pulumi-preview"]["steps"]
     order = [s.get("uses", "").split("@")[0] or s["run"].strip() for s in steps]
     pulumi_at = order.index("pulumi/actions")
