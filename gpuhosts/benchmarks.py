@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from gpuhosts.config import NAMESPACE, Problem, _Model, validate_entries
-from gpuhosts.plans.python_env import env_lock, service_env
+from gpuhosts.engines import driver_for
 from gpuhosts.services import SERVICE_NAME, DrafterSpec, ServiceConfig
 
 DDTREE_REPOSITORY = "https://github.com/liranringel/ddtree"
@@ -293,8 +293,9 @@ def benchmark_warnings(benchmarks: list[tuple[int, BenchmarkConfig]], services: 
 def environment_lacks(service: ServiceConfig, packages: tuple[str, ...]) -> list[str]:
     """The packages the committed lock of the service's environment does not pin; none when it has no lock: the
     lock rules refuse that, naming the service's own field (gpuhosts/stacks.py `require_locks`)."""
-    path = env_lock(service_env(service)).path()
-    if not path.is_file():
+    lock = driver_for(service.engine).install(service).lock
+    path = lock.path() if lock is not None else None
+    if path is None or not path.is_file():
         return []
     pinned = set(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", path.read_text(), re.M))
     pinned = {name.lower().replace("_", "-") for name in pinned}

@@ -90,7 +90,8 @@ def _sglang_spec_on_gdn_hybrid(params: dict, ctx: Context) -> list[Hit]:
             continue
         driver = driver_for(service.engine)
         release = driver.facts(service.engine)
-        argv, env = driver.argv(service, "venv"), driver.environment(service) | dict(service.environment)
+        argv = driver.argv(service, driver.install(service))
+        env = driver.environment(service) | dict(service.environment)
         missing = []
         flag = release.flag(params["flag"])
         values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag] + \

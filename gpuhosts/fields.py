@@ -80,6 +80,16 @@ def ip_address(value: str) -> str:
                          "0.0.0.0") from None
 
 
+def is_loopback(bind: str) -> bool:
+    """Only a loopback address keeps a listener to the host itself (a name such as localhost is not accepted). The
+    training monitor applies the same rule when it starts (gpuhosts_monitor/bind.py, shipped without gpuhosts);
+    tests/test_monitor_deploy.py keeps the two equal."""
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return False
+
+
 def host_address(value: str) -> str:
     """An SSH target: an IP address or an RFC 1123 DNS name."""
     try:

@@ -34,13 +34,13 @@ from gpuhosts.config import (
     stray_key_problems,
     validate_entries,
 )
+from gpuhosts.engines import driver_for
 from gpuhosts.fields import placeholder_digest, placeholder_url
 from gpuhosts.locks import lock_problem, lock_spec
-from gpuhosts.plans.python_env import env_lock, service_env
-from gpuhosts.plans.training_node import FLASK_VERSION
 from gpuhosts.render import PROJECT_ROOT
 from gpuhosts.services import ServiceConfig, _service_problems, referenced_secrets, validate_service_entries
 from gpuhosts.training import (
+    FLASK_VERSION,
     TRAINER_SECRET_KEYS,
     TRAINER_SECTIONS,
     NodeConfig,
@@ -163,11 +163,12 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
 
 
 def service_lock_problems(services) -> list[Problem]:
-    """Each service whose engine environment (the base release of a git-ref build) has no committed lock."""
+    """Each service whose engine environment (the base release of a git-ref build) has no committed lock; an
+    engine its driver installs without one has none to miss."""
     found = []
     for index, service in services:
-        problem = lock_problem(env_lock(service_env(service)), f"services[{index}].engine.version",
-                               f"services[{index}].python")
+        lock = driver_for(service.engine).install(service).lock
+        problem = lock and lock_problem(lock, f"services[{index}].engine.version", f"services[{index}].python")
         if problem:
             found.append(problem)
     return found

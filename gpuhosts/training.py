@@ -17,14 +17,16 @@ from pydantic import Field, field_validator, model_validator
 
 from gpuhosts.compat_data import dataset_rows
 from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, Problem, SshConfig, _Model
-from gpuhosts.fields import HF_REPO, below, ip_address, safe_directory
+from gpuhosts.fields import HF_REPO, below, ip_address, is_loopback, safe_directory
 from gpuhosts.hostside.dataset_prepare import CONVERTERS
 from gpuhosts.hostside.drafter_config import compare_declared, parse_drafter_config, target_layer_ids
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
-from gpuhosts_monitor.bind import is_loopback
 
 TRAINER_SECTIONS = ("kind", "node", "training")
 TRAINER_SECRET_KEYS = ("sshPrivateKey", "hfToken")
+# The Flask release of the monitor's environment: the one it is tested with (uv.lock); tests/test_monitor_deploy.py
+# keeps them equal.
+FLASK_VERSION = "3.1.3"
 SOURCE = re.compile(r"^(?:https://[^\s'\"]+|file:///[^\s'\"]+)/$")
 
 

@@ -1,4 +1,6 @@
-"""The one rule for where the monitor may listen without a token, shared with the stack's validation."""
+"""The rule for where the monitor may listen without a token. The stack's validation holds the same rule
+(gpuhosts/fields.py `is_loopback`), since the monitor runs on the node without gpuhosts; tests/test_monitor_deploy.py
+keeps the two equal."""
 
 from __future__ import annotations
 

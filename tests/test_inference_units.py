@@ -31,8 +31,8 @@ def rendered() -> dict[str, str]:
         files[f"{service.name}/{Path(out.unit.path).name}"] = out.unit.content
         files[f"{service.name}/argv.txt"] = "\n".join(out.argv) + "\n"
         files[f"{service.name}/environment.json"] = json.dumps(out.environment, indent=2) + "\n"
-        if out.launcher is not None:
-            files[f"{service.name}/{Path(out.launcher.path).name}"] = out.launcher.content
+        for shipped in out.shipped:
+            files[f"{service.name}/{Path(shipped.path).name}"] = shipped.content
     return files
 
 
@@ -122,7 +122,7 @@ def test_sglang_launcher_hides_the_key(tmp_path):
     import sys
 
     sglang, _ = kpro5_services()
-    launcher = render_service(sglang, kpro5_stack()).launcher
+    (launcher,) = render_service(sglang, kpro5_stack()).shipped
     script = tmp_path / "sglang-serve.py"
     script.write_text(launcher.content)
     package = tmp_path / "sglang"

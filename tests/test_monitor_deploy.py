@@ -9,9 +9,14 @@ import subprocess
 import sys
 import tomllib
 
-from gpuhosts.plans.training_node import FLASK_VERSION, MONITOR_PACKAGE, plan_training_node
+import pytest
+
+from gpuhosts.fields import is_loopback
+from gpuhosts.plans.training_node import MONITOR_PACKAGE, plan_training_node
+from gpuhosts.training import FLASK_VERSION
 from conftest import PROJECT, TRAINER_SECRETS, trainer_values
 from gpuhosts.stacks import validate_trainer_stack
+from gpuhosts_monitor import bind
 
 
 def test_the_node_gets_the_flask_release_of_the_lock_file():
@@ -47,3 +52,9 @@ def test_the_unit_starts_what_the_cli_accepts(tmp_path):
     result = subprocess.run([sys.executable, "-m", "gpuhosts_monitor", *without], capture_output=True, text=True,
                             cwd=PROJECT, timeout=60)
     assert result.returncode == 2 and "--token-file" in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.8.9.10", "::1", "0.0.0.0", "::", "192.168.1.5", "localhost",
+                                     "fe80::1", "", "not an address"])
+def test_the_stack_and_the_monitor_agree_where_no_token_is_needed(address):
+    assert is_loopback(address) == bind.is_loopback(address)

@@ -20,7 +20,8 @@ from gpuhosts.lock_tool import needed_locks, newest_locks, select_hashes, stack_
 from gpuhosts.locks import (LOCKS_DIR, LockError, LockSpec, header_problem, lock_digest, lock_spec, lock_text,
                             parse_header)
 from gpuhosts.plan import load_stack, read_stack_file, stand_in_secrets
-from gpuhosts.plans.python_env import MAX_INNER_SCRIPT, EnvSpec, env_lock, in_container, plan_env
+from gpuhosts.envspec import EnvSpec, env_lock
+from gpuhosts.plans.python_env import MAX_INNER_SCRIPT, in_container, plan_env
 from gpuhosts.protocol import parse_result
 
 STACKS = {path.name: path for path in stack_files(PROJECT)}

@@ -1,10 +1,11 @@
 """One driver per engine: everything gpuhosts knows about running SGLang or vLLM as a service.
 
-A driver supplies the package requirement, the command line, the environment, the launcher, the API-key
-variable, and what the deploy gate reads (the reasoning field of a response, and how acceptance is computed from
-the engine's metrics). Facts that change between releases are rows of the compatibility data (`engines:` in
-gpuhosts/compat-rules.yaml), read through `EngineFacts`; a driver holds only what is true of every release it
-supports. Callers pick a driver with `driver_for` instead of testing the engine's name.
+A driver supplies how the engine is installed (`install`: a spec the install plan reads, by default a pip package
+in a uv environment), the command line, the environment, the files it ships beside its unit (SGLang's launcher;
+none for vLLM), the API-key variable, and what the deploy gate reads (the reasoning field of a response, and which
+metrics give acceptance, as gauges or counters). Facts that change between releases are rows of the compatibility
+data (`engines:` in gpuhosts/compat-rules.yaml), read through `EngineFacts`; a driver holds only what is true of
+every release it supports. Callers pick a driver with `driver_for` instead of testing the engine's name.
 """
 
 from __future__ import annotations
@@ -25,4 +26,10 @@ def driver_for(engine) -> EngineDriver:
         raise ValueError(f"no driver for engine {name!r}; known: {', '.join(sorted(DRIVERS))}") from None
 
 
-__all__ = ["DRIVERS", "EngineDriver", "Flags", "driver_for"]
+def shipped_paths() -> list[str]:
+    """Every file any driver ships beside its services' units: whichever service of a container goes last removes
+    them all, also those an engine shipped that no service runs any more."""
+    return list(dict.fromkeys(path for driver in DRIVERS.values() for path, _ in driver.launchers))
+
+
+__all__ = ["DRIVERS", "EngineDriver", "Flags", "driver_for", "shipped_paths"]

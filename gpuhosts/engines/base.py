@@ -6,6 +6,9 @@ import json
 from typing import Any
 
 from gpuhosts.compat_data import EngineFacts, ModelFacts, engine_facts, model_facts
+from gpuhosts.envspec import EngineInstall, EnvSpec
+from gpuhosts.hostside.gate_probe import ACCEPTANCE_KINDS
+from gpuhosts.render import HostFile, render
 from gpuhosts.services import EngineSpec, ServiceConfig
 
 
@@ -34,6 +37,8 @@ class EngineDriver:
     extras: str = ""
     repository: str
     key_variable: str
+    # (path, template) of each script the engine is started through, installed beside its unit.
+    launchers: tuple[tuple[str, str], ...] = ()
 
     def facts(self, engine: EngineSpec) -> EngineFacts:
         return engine_facts(self.package, engine.version)
@@ -55,9 +60,23 @@ class EngineDriver:
     def model_facts(self, service: ServiceConfig) -> ModelFacts:
         return model_facts(service.model.repo)
 
-    def argv(self, service: ServiceConfig, venv: str) -> list[str]:
-        """The full command line, executable first: derived flags, then the service's extraArgs."""
+    def install(self, service: ServiceConfig) -> EngineInstall:
+        """How the engine is installed for `service`: by default its package, pinned or built from a git ref, in a
+        uv environment of the service's own. A driver of an engine that is no pip package returns a spec of
+        another kind (gpuhosts/envspec.py)."""
+        engine = service.engine
+        return EnvSpec(name=service.name, requirement=self.requirement(engine), package=self.package,
+                       release=engine.version, from_git=engine.git_ref is not None, python=service.python)
+
+    def argv(self, service: ServiceConfig, install: EngineInstall) -> list[str]:
+        """The full command line, executable first (under `install`, what `install()` returned): derived flags,
+        then the service's extraArgs."""
         raise NotImplementedError
+
+    def shipped(self) -> tuple[HostFile, ...]:
+        """The files the engine needs on the host beside its unit: its launchers, rendered."""
+        return tuple(HostFile(path, render(template, key_variable=self.key_variable), "0755")
+                     for path, template in self.launchers)
 
     def switches(self, service: ServiceConfig) -> dict[str, str]:
         """Environment variables the release needs for this service's settings (none a release has made default)."""
@@ -67,10 +86,6 @@ class EngineDriver:
         redundant = self.facts(service.engine).redundant_environment
         return {k: v for k, v in self.switches(service).items() if k not in redundant}
 
-    def launcher(self) -> tuple[str, str] | None:
-        """(path, template) of a launcher script the engine starts through, if any."""
-        return None
-
     def tool_call_flags(self, parser: str) -> list[str]:
         return ["--tool-call-parser", parser]
 
@@ -79,7 +94,14 @@ class EngineDriver:
         facts = self.facts(service.engine)
         if facts.reasoning_field is None:
             raise ValueError(f"the compatibility data names no reasoning field for {self.name} {service.engine.version}")
-        return {"reasoning_field": facts.reasoning_field, "acceptance": self.acceptance_metrics()}
+        metrics = self.acceptance_metrics()
+        wanted = ACCEPTANCE_KINDS.get(metrics.get("kind"))
+        if wanted is None or set(metrics) != {"kind", *wanted}:
+            raise ValueError(f"the {self.name} driver's acceptance metrics {metrics} are none the gate reads: "
+                             + "; ".join(f"kind {k} with {', '.join(v)}" for k, v in ACCEPTANCE_KINDS.items()))
+        return {"reasoning_field": facts.reasoning_field, "acceptance": metrics}
 
     def acceptance_metrics(self) -> dict[str, str]:
+        """Which of the engine's Prometheus metrics the gate and the bake-off read, and as what kind (the gate's
+        ACCEPTANCE_KINDS): `kind` plus a metric name per role."""
         raise NotImplementedError

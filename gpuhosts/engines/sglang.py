@@ -4,6 +4,7 @@ key from the environment instead of a command line."""
 from __future__ import annotations
 
 from gpuhosts.engines.base import EngineDriver, Flags, number
+from gpuhosts.envspec import EnvSpec
 from gpuhosts.services import ServiceConfig, SpecMethod
 
 LAUNCHER = "/usr/local/lib/gpuhosts/sglang-serve.py"
@@ -19,8 +20,9 @@ class SGLangDriver(EngineDriver):
     extras = "[all]"
     repository = "https://github.com/sgl-project/sglang"
     key_variable = "GPUHOSTS_API_KEY"
+    launchers = ((LAUNCHER, "inference_service/sglang-serve.py.j2"),)
 
-    def argv(self, service: ServiceConfig, venv: str) -> list[str]:
+    def argv(self, service: ServiceConfig, install: EnvSpec) -> list[str]:
         flags = Flags(self.facts(service.engine))
         flags.add("--model-path", service.model.path).add("--served-model-name", service.model_name)
         flags.add("--host", service.bind).add("--port", service.port).add("--tp-size", service.tensor_parallel_size)
@@ -34,7 +36,7 @@ class SGLangDriver(EngineDriver):
             flags.add("--tool-call-parser", service.tool_call_parser)
         flags.add("--enable-metrics")
         self._speculative(service, flags)
-        return [f"{venv}/bin/python", LAUNCHER, *flags.words, *service.extra_args]
+        return [install.interpreter, LAUNCHER, *flags.words, *service.extra_args]
 
     def _speculative(self, service: ServiceConfig, flags: Flags) -> None:
         spec = service.speculative
@@ -56,9 +58,6 @@ class SGLangDriver(EngineDriver):
         if service.speculative.method is not SpecMethod.NONE and self.model_facts(service).gdn_hybrid:
             return {"SGLANG_ENABLE_SPEC_V2": "1"}
         return {}
-
-    def launcher(self) -> tuple[str, str]:
-        return LAUNCHER, "inference_service/sglang-serve.py.j2"
 
     def acceptance_metrics(self) -> dict[str, str]:
         # sglang/srt/metrics/collector.py: gauges averaged over the ranks.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuhosts.compat_data import model_facts
 from gpuhosts.engines.base import EngineDriver, Flags, number
+from gpuhosts.envspec import EnvSpec
 from gpuhosts.services import ServiceConfig, SpecMethod
 
 # DFlash's drafter needs non-causal attention within a block, which vLLM's flash-attn backend provides.
@@ -17,7 +18,7 @@ class VllmDriver(EngineDriver):
     repository = "https://github.com/vllm-project/vllm"
     key_variable = "VLLM_API_KEY"
 
-    def argv(self, service: ServiceConfig, venv: str) -> list[str]:
+    def argv(self, service: ServiceConfig, install: EnvSpec) -> list[str]:
         flags = Flags(self.facts(service.engine))
         flags.words = ["serve", service.model.path]
         flags.add("--served-model-name", service.model_name).add("--host", service.bind).add("--port", service.port)
@@ -32,7 +33,7 @@ class VllmDriver(EngineDriver):
             # vllm/entrypoints/openai/cli_args.py: a tool-call parser is used only with auto tool choice on.
             flags.add("--enable-auto-tool-choice").add("--tool-call-parser", service.tool_call_parser)
         self._speculative(service, flags)
-        return [f"{venv}/bin/vllm", *flags.words, *service.extra_args]
+        return [f"{install.venv}/bin/vllm", *flags.words, *service.extra_args]
 
     def _speculative(self, service: ServiceConfig, flags: Flags) -> None:
         spec = service.speculative

@@ -105,6 +105,11 @@ class Acceptance:
     rate: float | None
 
 
+# The kinds of acceptance metrics `acceptance` computes, with the metric each needs by role; an engine's driver names
+# one kind and its own metric names (gpuhosts/engines/).
+ACCEPTANCE_KINDS = {"gauges": ("length", "rate"), "counters": ("drafts", "draft_tokens", "accepted")}
+
+
 def acceptance(metrics: dict[str, str], after: str, before: str | None = None) -> Acceptance:
     """Mean acceptance length (tokens per verify step) and draft-token acceptance rate, from the metrics the
     engine's driver names: `gauges` of length and rate (averaged over ranks), or `counters` of drafts, draft tokens
@@ -119,7 +124,7 @@ def acceptance(metrics: dict[str, str], after: str, before: str | None = None) -
         value = _sum(now, name)
         return None if value is None else value - (_sum(earlier, name) or 0.0)
 
-    drafts, draft_tokens, accepted = (delta(metrics[k]) for k in ("drafts", "draft_tokens", "accepted"))
+    drafts, draft_tokens, accepted = (delta(metrics[k]) for k in ACCEPTANCE_KINDS["counters"])
     rate = accepted / draft_tokens if accepted is not None and draft_tokens else None
     length = 1 + accepted / drafts if accepted is not None and drafts else None
     return Acceptance(length=length, rate=rate)

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference
 from gpuhosts.config import StackConfig
+from gpuhosts.engines import driver_for
 from gpuhosts.facts import Fact, desired, files_facts, render_probe
 from gpuhosts.hostside import bench_probe
 from gpuhosts.plans import ddtree_reference
@@ -28,7 +29,6 @@ from gpuhosts.plans.inference_service import (
     environment_file,
     secret_variable,
     service_key,
-    venv_path,
 )
 from gpuhosts.render import PROJECT_ROOT, HostFile, render
 from gpuhosts.services import ServiceConfig
@@ -54,6 +54,12 @@ def bench_script(bench: BenchmarkConfig) -> HostFile:
     path = f"{script_dir(bench)}/bench.py"
     return HostFile(path, render("benchmark/bench.py.j2", path=path,
                                  source=Path(bench_probe.__file__).read_text().rstrip("\n")), "0755")
+
+
+def python_of(service: ServiceConfig) -> str:
+    """The Python of the service's engine install: the client measures the service with it, and the reference job
+    runs in it."""
+    return driver_for(service.engine).install(service).interpreter
 
 
 def overlapping(services: list[ServiceConfig], gpus: set[str]) -> list[ServiceConfig]:
@@ -83,7 +89,7 @@ def container_command(words: list[tuple[str, bool]]) -> list[dict[str, Any]]:
 
 def client_command(bench: BenchmarkConfig, service: ServiceConfig, command: str) -> list[dict[str, Any]]:
     """`bench.py run|wait` for one service, with that service's own Python; the key file by name only."""
-    words = [(f"{venv_path(service)}/bin/python", True), (bench_script(bench).path, True), (command, False),
+    words = [(python_of(service), True), (bench_script(bench).path, True), (command, False),
              (GATE_SCRIPT, True), (json.dumps(run_settings(bench, service), sort_keys=True), False)]
     env_file = environment_file(service)
     return container_command(words + ([(env_file, True), (secret_variable(service), False)] if env_file else []))
@@ -97,9 +103,9 @@ def ddtree_job(bench: BenchmarkConfig, config: StackConfig, by_name: dict[str, S
     service = by_name[reference.environment_of]
     work = f"{results_dir(bench)}/ddtree"
     save = f"{work}/run.pt"
-    argv = ddtree_reference.ddtree_job_argv(bench, f"{venv_path(service)}/bin/python", service.model.path, save)
+    argv = ddtree_reference.ddtree_job_argv(bench, python_of(service), service.model.path, save)
     return {"argv": argv, "cwd": ddtree_reference.ddtree_checkout(bench.container, bench), "save": save,
-            "python": f"{venv_path(service)}/bin/python", "cuda": engine_environment(service, config)["CUDA_VISIBLE_DEVICES"],
+            "python": python_of(service), "cuda": engine_environment(service, config)["CUDA_VISIBLE_DEVICES"],
             "result_script": f"{script_dir(bench)}/ddtree-result.py", "log": f"{work}/benchmark.log",
             "out": f"{work}/result.json"}
 
@@ -148,7 +154,7 @@ def plan_benchmark(bench: BenchmarkConfig, config: StackConfig, service_units: d
     digest = inputs_digest(bench, runs, job, {s.name: service_units[s.name].digest for s in compared}, files)
     key = benchmark_key(bench)
     title = f"Benchmark {bench.name} on CT {bench.container} ({', '.join(bench.services)})"
-    table = container_command([(f"{venv_path(compared[0])}/bin/python", True), (bench_script(bench).path, True),
+    table = container_command([(python_of(compared[0]), True), (bench_script(bench).path, True),
                                ("table", False), (title, False), (json.dumps(measure), False)])
     restored = " ".join(f"{e['name']}={'running' if e['enabled'] else 'stopped'}" for e in restore)
     inner = render("benchmark/inner.sh.j2", unit=key, bench=bench, runs=runs, restore=restore, job=job, files=files,

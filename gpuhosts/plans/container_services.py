@@ -15,6 +15,7 @@ from __future__ import annotations
 from gpuhosts.plans.benchmark import patch_text, plan_benchmark
 from gpuhosts.plans.container_userspace import userspace_key
 from gpuhosts.plans.ddtree_reference import plan_ddtree_checkout
+from gpuhosts.plans.engine_install import plan_engine_install
 from gpuhosts.plans.deploy_gate import plan_deploy_gate
 from gpuhosts.plans.inference_service import plan_inference_service, service_key
 from gpuhosts.plans.lxc_gpu_passthrough import devices_key
@@ -25,8 +26,8 @@ from gpuhosts.plans.model_download import (
     plan_model_download,
     plan_model_store,
 )
-from gpuhosts.plans.python_env import plan_python_env
 from gpuhosts.config import ContainerConfig, StackConfig
+from gpuhosts.engines import driver_for
 from gpuhosts.services import ServiceConfig, WeightsOn
 from gpuhosts.units import Unit
 
@@ -50,7 +51,9 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
     if needs_store:
         units.append(plan_model_store(container, (devices_key(vmid),)))
         last_restart = model_store_key(vmid)
-    envs = {s.name: plan_python_env(s, (last_restart,)) for s in services}
+    # Each service's driver, resolved once: its install, its unit and its gate read it.
+    drivers = {s.name: driver_for(s.engine) for s in services}
+    envs = {s.name: plan_engine_install(s, drivers[s.name], (last_restart,)) for s in services}
     units += envs.values()
     downloads: dict[str, list[str]] = {}
     planned = downloads_for(container, services)
@@ -75,9 +78,9 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
         if needs_store and service.weights_on is WeightsOn.HOST:
             needs.append(model_store_key(vmid))
         needs += [service_key(other) for other in stopped_before(services, service)]
-        service_units[service.name] = plan_inference_service(service, config, tuple(needs))
+        service_units[service.name] = plan_inference_service(service, config, tuple(needs), drivers[service.name])
     units += service_units.values()
-    units += [plan_deploy_gate(s, service_units[s.name]) for s in services if s.enabled]
+    units += [plan_deploy_gate(s, service_units[s.name], drivers[s.name]) for s in services if s.enabled]
     for bench in config.benchmarks_in(vmid):
         extra: tuple[str, ...] = ()
         if bench.ddtree is not None:

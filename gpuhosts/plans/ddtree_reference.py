@@ -19,7 +19,7 @@ from pathlib import Path
 from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference
 from gpuhosts.facts import Fact, desired, files_facts
 from gpuhosts.hostside import ddtree_result
-from gpuhosts.plans.paths import SERVICE_ROOT
+from gpuhosts.paths import SERVICE_ROOT
 from gpuhosts.plans.python_env import in_container, probe_in
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit

@@ -9,20 +9,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuhosts.engines import driver_for
+from gpuhosts.engines import EngineDriver, driver_for
 from gpuhosts.facts import render_probe
 from gpuhosts.plans.gate_script import GATE_SCRIPT
-from gpuhosts.plans.inference_service import environment_file, secret_variable, venv_path
+from gpuhosts.plans.inference_service import environment_file, secret_variable
 from gpuhosts.plans.python_env import in_container
 from gpuhosts.render import render
 from gpuhosts.services import ServiceConfig
 from gpuhosts.units import Unit
 
 
-def gate_settings(service: ServiceConfig) -> dict[str, Any]:
+def gate_settings(service: ServiceConfig, driver: EngineDriver | None = None) -> dict[str, Any]:
     """The gate's settings of a service and what its engine's driver says the gate reads (`reasoning_field`,
     `acceptance_metrics`), as JSON-able data (no secret: the key is read on the host)."""
-    engine = driver_for(service.engine).gate(service)
+    engine = (driver or driver_for(service.engine)).gate(service)
     host = "127.0.0.1" if service.bind in ("0.0.0.0", "::") else service.bind
     gate = service.gate
     return {
@@ -40,12 +40,15 @@ def gate_settings(service: ServiceConfig) -> dict[str, Any]:
     }
 
 
-def gate_command(service: ServiceConfig) -> list[str]:
-    """How the host runs the gate of one service (inside its container): no secret in it."""
-    command = [f"{venv_path(service)}/bin/python", GATE_SCRIPT, json.dumps(gate_settings(service), sort_keys=True)]
+def gate_command(service: ServiceConfig, driver: EngineDriver | None = None) -> list[str]:
+    """How the host runs the gate of one service (inside its container, with the Python of its engine's install):
+    no secret in it."""
+    driver = driver or driver_for(service.engine)
+    command = [driver.install(service).interpreter, GATE_SCRIPT,
+               json.dumps(gate_settings(service, driver), sort_keys=True)]
     env_file = environment_file(service)
     if env_file:
-        command += [env_file, secret_variable(service)]
+        command += [env_file, secret_variable(service, driver)]
     return command
 
 
@@ -53,14 +56,15 @@ def gate_key(service: ServiceConfig) -> str:
     return f"ct{service.container}-gate-{service.name}"
 
 
-def plan_deploy_gate(service: ServiceConfig, service_step: Unit) -> Unit:
+def plan_deploy_gate(service: ServiceConfig, service_step: Unit, driver: EngineDriver | None = None) -> Unit:
     """The gate command of an enabled service. The service step's digest is part of the script, so a changed
     service re-runs the gate and an unchanged one does not."""
+    driver = driver or driver_for(service.engine)
     unit = gate_key(service)
     values = dict(unit=unit, vmid=service.container, service=service, service_digest=service_step.digest,
-                  venv=venv_path(service), gate_script=GATE_SCRIPT,
-                  settings=json.dumps(gate_settings(service), sort_keys=True),
-                  env_file=environment_file(service), key_variable=secret_variable(service))
+                  python=driver.install(service).interpreter, gate_script=GATE_SCRIPT,
+                  settings=json.dumps(gate_settings(service, driver), sort_keys=True),
+                  env_file=environment_file(service), key_variable=secret_variable(service, driver))
     # A gate measures; it has no state of its own on the host to drift.
     return Unit(key=unit, kind="DeployGate",
                 ensure=in_container(unit, service.container, render("container_services/gate.sh.j2", **values)),

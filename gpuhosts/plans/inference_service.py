@@ -1,9 +1,13 @@
-"""InferenceService: one engine (SGLang or vLLM) as a systemd unit inside its GPU container.
+"""InferenceService: one engine as a systemd unit inside its GPU container.
 
 Every flag is derived from the typed service settings (`gpuhosts.services`) and the model facts of
-`gpuhosts/compat-rules.yaml`; `extraArgs` are appended after them. The API key never appears in the unit or on a
-command line: the unit names a 0600 EnvironmentFile, from which vLLM reads `VLLM_API_KEY` and the SGLang launcher
-takes the key (see templates/inference_service/sglang-serve.py.j2).
+`gpuhosts/compat-rules.yaml` by the engine's driver (gpuhosts/engines/); `extraArgs` are appended after them. The
+API key never appears in the unit or on a command line: the unit names a 0600 EnvironmentFile that sets the
+variable the driver names, which the engine reads itself or through a launcher the driver ships (SGLang's:
+templates/inference_service/sglang-serve.py.j2).
+
+The plans of one service resolve its driver once (gpuhosts/plans/container_services.py) and hand it down; the
+helpers below resolve it themselves only when called without one.
 """
 
 from __future__ import annotations
@@ -12,18 +16,16 @@ import shlex
 from dataclasses import dataclass
 
 from gpuhosts.config import StackConfig
-from gpuhosts.engines import driver_for
-from gpuhosts.engines.sglang import LAUNCHER as SGLANG_LAUNCHER_PATH
+from gpuhosts.engines import EngineDriver, driver_for, shipped_paths
 from gpuhosts.facts import Fact, desired, files_facts, systemd_fact
 from gpuhosts.plans.gate_script import render_gate_script
-from gpuhosts.plans.paths import SERVICE_ROOT
+from gpuhosts.paths import SERVICE_ROOT
 from gpuhosts.plans.python_env import in_container, probe_in
 from gpuhosts.render import HostFile, render, systemd_command, systemd_value
 from gpuhosts.units import Unit
 from gpuhosts.services import ServiceConfig
 
 ENV_DIR = "/etc/gpuhosts"
-SGLANG_LAUNCHER = SGLANG_LAUNCHER_PATH
 
 
 def venv_path(service: ServiceConfig) -> str:
@@ -34,17 +36,19 @@ def environment_file(service: ServiceConfig) -> str | None:
     return f"{ENV_DIR}/{service.name}.env" if service.api_key_secret else None
 
 
-def secret_variable(service: ServiceConfig) -> str:
+def secret_variable(service: ServiceConfig, driver: EngineDriver | None = None) -> str:
     """The variable the EnvironmentFile sets to the API key."""
-    return driver_for(service.engine).key_variable
+    return (driver or driver_for(service.engine)).key_variable
 
 
-def engine_args(service: ServiceConfig) -> list[str]:
+def engine_args(service: ServiceConfig, driver: EngineDriver | None = None) -> list[str]:
     """The engine's full command line, executable first; derived, then extraArgs."""
-    return driver_for(service.engine).argv(service, venv_path(service))
+    driver = driver or driver_for(service.engine)
+    return driver.argv(service, driver.install(service))
 
 
-def engine_environment(service: ServiceConfig, stack: StackConfig | None = None) -> dict[str, str]:
+def engine_environment(service: ServiceConfig, stack: StackConfig | None = None,
+                       driver: EngineDriver | None = None) -> dict[str, str]:
     """The engine's environment (no secret): GPU selection, the switches its release needs, then the configured
     environment."""
     env: dict[str, str] = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "HF_HUB_OFFLINE": "1"}
@@ -52,7 +56,7 @@ def engine_environment(service: ServiceConfig, stack: StackConfig | None = None)
         # Inside the container the nvidia devices count in PCI bus order over the container's own GPUs.
         owned = [g.address for g in stack.container_gpus(service.container)]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(owned.index(a)) for a in service.gpus if a in owned)
-    env.update(driver_for(service.engine).environment(service))
+    env.update((driver or driver_for(service.engine)).environment(service))
     env.update(service.environment)
     return dict(sorted(env.items()))
 
@@ -70,24 +74,22 @@ def exec_start(argv: list[str], purpose: str = "ExecStart=") -> str:
 @dataclass(frozen=True)
 class ServiceFiles:
     unit: HostFile
-    launcher: HostFile | None
+    # What the driver ships beside the unit (its launchers).
+    shipped: tuple[HostFile, ...]
     argv: tuple[str, ...]
     environment: dict[str, str]
 
 
-def render_service(service: ServiceConfig, stack: StackConfig | None = None) -> ServiceFiles:
-    argv = engine_args(service)
-    environment = engine_environment(service, stack)
+def render_service(service: ServiceConfig, stack: StackConfig | None = None,
+                   driver: EngineDriver | None = None) -> ServiceFiles:
+    driver = driver or driver_for(service.engine)
+    argv = engine_args(service, driver)
+    environment = engine_environment(service, stack, driver)
     build = f"{service.engine.version}" + (f" + {service.engine.git_ref}" if service.engine.git_ref else "")
     unit = render("inference_service/service.j2", service=service, engine_build=build,
                   workdir=f"{SERVICE_ROOT}/{service.name}",
                   environment=environment, environment_file=environment_file(service), argv=argv)
-    launcher = None
-    driver = driver_for(service.engine)
-    if driver.launcher() is not None:
-        path, template = driver.launcher()
-        launcher = HostFile(path, render(template, key_variable=driver.key_variable), "0755")
-    return ServiceFiles(unit=HostFile(f"/etc/systemd/system/{service.unit_name}", unit), launcher=launcher,
+    return ServiceFiles(unit=HostFile(f"/etc/systemd/system/{service.unit_name}", unit), shipped=driver.shipped(),
                         argv=tuple(argv), environment=environment)
 
 
@@ -95,20 +97,23 @@ def service_key(service: ServiceConfig) -> str:
     return f"ct{service.container}-service-{service.name}"
 
 
-def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tuple[str, ...]) -> Unit:
-    """Install the unit (and launcher, gate script, key file) in the container; start, restart or stop it."""
-    files = render_service(service, stack)
+def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tuple[str, ...],
+                           driver: EngineDriver | None = None) -> Unit:
+    """Install the unit (and what the driver ships, the gate script, the key file) in the container; start, restart
+    or stop it."""
+    driver = driver or driver_for(service.engine)
+    files = render_service(service, stack, driver)
     gate_script = render_gate_script()
-    installed = [files.unit] + ([files.launcher] if files.launcher else []) + [gate_script]
+    installed = [files.unit, *files.shipped, gate_script]
+    shared = [*shipped_paths(), gate_script.path]
     model_dirs = [service.model.path] + ([service.speculative.drafter.path] if service.speculative.drafter else [])
     unit = service_key(service)
     secret = service.api_key_secret
     values = dict(unit=unit, vmid=service.container, service=service, venv=venv_path(service), files=installed,
                   restart_on=[f.path for f in installed if f is not gate_script], model_dirs=model_dirs,
-                  env_file=environment_file(service), key_variable=secret_variable(service),
+                  env_file=environment_file(service), key_variable=secret_variable(service, driver),
                   own_files=[files.unit.path] + ([environment_file(service)] if secret else []),
-                  shared_files=[SGLANG_LAUNCHER, gate_script.path],
-                  own_dirs=[ENV_DIR, SGLANG_LAUNCHER.rsplit("/", 1)[0]])
+                  shared_files=shared, own_dirs=[ENV_DIR, *dict.fromkeys(path.rsplit("/", 1)[0] for path in shared)])
     facts = [*files_facts(installed), systemd_fact(service.unit_name, enabled=service.enabled, active=service.enabled)]
     if secret:
         # The key file's content is a secret: only its presence and mode are facts.

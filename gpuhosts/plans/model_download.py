@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuhosts.hostside.drafter_config import target_layer_ids
-from gpuhosts.plans.paths import SERVICE_ROOT
-from gpuhosts.plans.python_env import UV_HOME, UV_VERSION, EnvSpec, env_marker, in_container, lock_file, probe_in
+from gpuhosts.envspec import EnvSpec
+from gpuhosts.paths import SERVICE_ROOT
+from gpuhosts.plans.python_env import UV_HOME, UV_VERSION, env_marker, in_container, lock_file, probe_in
 from gpuhosts.compat import model_facts
 from gpuhosts.config import ContainerConfig
 from gpuhosts.facts import Fact, desired, files_facts

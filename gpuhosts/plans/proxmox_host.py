@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 from gpuhosts.compat_data import model_facts
+from gpuhosts.engines import driver_for
 from gpuhosts.plans.benchmark import summarize_benchmark
 from gpuhosts.plans.container_services import plan_container_services
 from gpuhosts.plans.deploy_gate import gate_settings
 from gpuhosts.hostside.drafter_config import target_layer_ids
 from gpuhosts.plans.inference_service import engine_args, engine_environment, environment_file, venv_path
-from gpuhosts.plans.python_env import requirement
 from gpuhosts.plans.container_userspace import plan_container_userspace
 from gpuhosts.plans.host_reboot import plan_host_reboot
 from gpuhosts.plans.lxc_gpu_passthrough import UVM_AT_BOOT, devices_key, plan_container_devices, plan_uvm_at_boot
@@ -75,22 +75,23 @@ def summarize_host(config: StackConfig) -> dict:
 def summarize_service(service, config: StackConfig) -> dict:
     """A service as a reviewer checks it: the derived command line and environment, not the settings."""
     drafter = service.speculative.drafter
+    driver = driver_for(service.engine)
     summary = {
         "enabled": service.enabled,
-        "engine": requirement(service),
+        "engine": driver.install(service).requirement,
         "unit": service.unit_name,
         "listen": f"{service.bind}:{service.port}",
         "gpus": list(service.gpus),
         "venv": venv_path(service),
-        "argv": engine_args(service),
-        "environment": engine_environment(service, config),
+        "argv": engine_args(service, driver),
+        "environment": engine_environment(service, config, driver),
         "apiKey": None if service.api_key_secret is None else
         f"gpuhosts:{service.api_key_secret} in {environment_file(service)} (0600)",
         "weights": {spec.path: f"{spec.repo}@{spec.revision}" + (" (gated: gpuhosts:hfToken)" if getattr(spec, "gated", False) else "")
                     for spec in (service.model, drafter) if spec is not None},
         "weightsOn": service.weights_on.value,
         "sharesWith": list(service.shares_with),
-        "gate": {k: v for k, v in gate_settings(service).items() if k != "base_url"} if service.enabled else None,
+        "gate": {k: v for k, v in gate_settings(service, driver).items() if k != "base_url"} if service.enabled else None,
     }
     if drafter is not None and service.speculative.method.value == "dflash":
         target = service.model.num_layers or model_facts(service.model.repo).num_layers

@@ -9,14 +9,12 @@ closure of its release (gpuhosts/locks.py): the lock goes to the host beside the
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 
-from gpuhosts.plans.paths import SERVICE_ROOT
-from gpuhosts.engines import driver_for
+from gpuhosts.envspec import EnvSpec, env_lock
 from gpuhosts.facts import Fact, desired, files_facts, render_probe
-from gpuhosts.locks import LockSpec, lock_digest, lock_spec, lock_text
+from gpuhosts.locks import lock_digest, lock_text
+from gpuhosts.paths import SERVICE_ROOT
 from gpuhosts.render import HostFile, render
-from gpuhosts.services import ServiceConfig
 from gpuhosts.units import Unit
 
 UV_VERSION = "0.13.9"
@@ -24,58 +22,6 @@ UV_HOME = f"{SERVICE_ROOT}/.uv"
 # `pct exec VMID -- bash -c SCRIPT` passes the script as one argument, and Linux takes at most 32 pages (128 KiB)
 # in one argument string (MAX_ARG_STRLEN, execve(2)): a larger script would fail with "Argument list too long".
 MAX_INNER_SCRIPT = 131072 - 1
-LOCK_NAME = "requirements.lock"
-
-
-def requirement(service: ServiceConfig) -> str:
-    """What the environment installs: the pinned release, or the engine built from a git ref of its repository
-    (the engine's driver knows its package, extras and repository)."""
-    return driver_for(service.engine).requirement(service.engine)
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """One uv environment: where it lives, what goes in it, and optionally a source checkout beside it (for the
-    scripts a package's repository carries but its wheel does not)."""
-
-    name: str
-    requirement: str
-    package: str
-    release: str
-    from_git: bool
-    python: str
-    checkout_url: str | None = None
-    checkout_ref: str | None = None
-    # Environments that download models carry huggingface_hub's `hf` (the engines depend on it).
-    needs_hf: bool = True
-
-    @property
-    def home(self) -> str:
-        return f"{SERVICE_ROOT}/{self.name}"
-
-    @property
-    def venv(self) -> str:
-        return f"{self.home}/venv"
-
-    @property
-    def checkout(self) -> str:
-        return f"{self.home}/src"
-
-    @property
-    def lock_path(self) -> str:
-        return f"{self.home}/{LOCK_NAME}"
-
-    @property
-    def locked_requirement(self) -> str:
-        """The release whose locked closure the environment installs: the requirement itself, or for a git-ref
-        build the base release (`sglang[all] @ git+…` → `sglang[all]==0.5.11`)."""
-        if not self.from_git:
-            return self.requirement
-        return f"{self.requirement.split(' @ ', 1)[0].strip()}=={self.release}"
-
-
-def env_lock(env: EnvSpec) -> LockSpec:
-    return lock_spec(env.locked_requirement, env.python)
 
 
 def lock_file(env: EnvSpec) -> HostFile:
@@ -87,11 +33,6 @@ def env_marker(env: EnvSpec, lock: HostFile) -> str:
     """What the venv's marker holds after a complete install: the requirement and the lock it came from, so that a
     changed lock (a new constraint, a regenerated closure) reinstalls."""
     return f"{env.requirement} lock:{lock_digest(lock.content)}"
-
-
-def service_env(service: ServiceConfig) -> EnvSpec:
-    return EnvSpec(name=service.name, requirement=requirement(service), package=service.engine.name.value,
-                   release=service.engine.version, from_git=service.engine.git_ref is not None, python=service.python)
 
 
 def in_container(unit: str, vmid: int | None, inner: str, *, secret: str | None = None, teardown: bool = False) -> str:
@@ -146,7 +87,3 @@ def probe_in(unit: str, vmid: int | None, facts: list[Fact], host_facts: list[Fa
     if vmid is None:
         return render_probe(unit, [*host_facts, *facts], prelude=prelude)
     return render_probe(unit, list(host_facts), vmid=vmid, container_facts=facts, container_prelude=prelude)
-
-
-def plan_python_env(service: ServiceConfig, needs: tuple[str, ...]) -> Unit:
-    return plan_env(f"ct{service.container}-env-{service.name}", service_env(service), service.container, needs)

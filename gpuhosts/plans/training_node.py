@@ -20,17 +20,17 @@ from pathlib import Path
 from gpuhosts.engines import speculators as speculators_driver
 from gpuhosts.hostside import dataset_prepare, drafter_config, hidden_state_check
 from gpuhosts.plans.model_download import HF_TOKEN, Download, plan_model_download
-from gpuhosts.plans.python_env import SERVICE_ROOT, EnvSpec, plan_env
+from gpuhosts.plans.python_env import plan_env
 from gpuhosts.compat import model_facts
+from gpuhosts.envspec import EnvSpec
 from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_fact
+from gpuhosts.paths import SERVICE_ROOT
 from gpuhosts.render import HostFile, render
-from gpuhosts.training import LayerIds, TrainerStack, declared_drafter, layer_ids
+from gpuhosts.training import FLASK_VERSION, LayerIds, TrainerStack, declared_drafter, layer_ids
 from gpuhosts.units import Group, Unit, UnitGraph, within
 
 SPECULATORS_REPOSITORY = "https://github.com/vllm-project/speculators"
 VLLM_REPOSITORY = "https://github.com/vllm-project/vllm"
-# The release the monitor is tested with (uv.lock); tests/test_monitor_deploy.py keeps them equal.
-FLASK_VERSION = "3.1.3"
 SERVER_UNIT = "gpuhosts-hidden-state-server.service"
 TRAINING_UNIT = "gpuhosts-dflash-training.service"
 MONITOR_UNIT = "gpuhosts-training-monitor.service"

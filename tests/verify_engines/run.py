@@ -84,7 +84,7 @@ def service_invocation(service, stack) -> dict:
             "version": service.engine.version, "program": engine_args(service)[0], "argv": engine_args(service),
             "environment": engine_environment(service, stack), "models": models,
             "drafter": service.speculative.drafter.path if service.speculative.drafter else None,
-            "launcher": files.launcher.content if files.launcher else None,
+            "launcher": files.shipped[0].content if files.shipped else None,
             "key_variable": secret_variable(service)}
 
 

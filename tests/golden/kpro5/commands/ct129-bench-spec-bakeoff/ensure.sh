@@ -4,7 +4,7 @@
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=3a169f3af34c37409f85c7aee44d9663
+inputs=671ec7d2301e0276fb90a3eb5dfea463
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true

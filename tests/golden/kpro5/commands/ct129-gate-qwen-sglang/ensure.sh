@@ -10,13 +10,13 @@ if [ "$status" != running ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step 9b291b83319d08a3); fails the deploy below
+# Inside container 129: the deploy gate of qwen-sglang (service step 65884111f2652a9a); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
 service=qwen-sglang
-venv=/opt/gpuhosts/qwen-sglang/venv
+python=/opt/gpuhosts/qwen-sglang/venv/bin/python
 unit_name=gpuhosts-qwen-sglang.service
 set +e
-output="$("$root$venv/bin/python" "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "min_acceptance_length": 2.0, "min_acceptance_rate": null, "min_decode_tokens_per_s": 20.0, "model": "qwen3.6-27b", "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY)"
+output="$("$root$python" "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "min_acceptance_length": 2.0, "min_acceptance_rate": null, "min_decode_tokens_per_s": 20.0, "model": "qwen3.6-27b", "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY)"
 status=$?
 set -e
 grep -v '^GPUHOSTS_GATE ' <<<"$output" || true

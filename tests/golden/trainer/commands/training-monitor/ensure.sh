@@ -19,7 +19,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py 0644 <<'GPUHOSTS_
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py.sha256 sha256:a477af1352238478]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py.sha256 sha256:9aabde94f52f5e3b]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py 0644 <<'GPUHOSTS_EOF'
