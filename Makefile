@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: plan test bench golden system-deps clean lifecycle locks verify-engines
+.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -30,7 +30,13 @@ system-deps:
 		command -v /usr/sbin/modprobe >/dev/null && command -v /usr/sbin/depmod >/dev/null || \
 		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client chromium kmod; }
 
+# The quick tier, after every change: every unit kind by its plan and one converge on the simulated host; the
+# scenario suites (faults, fidelity, hostile input, every drift case) are marked `full` (tests/conftest.py).
 test: $(VENV)/.synced system-deps
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts="" -m "not full"
+
+# Everything, both tiers; CI runs it after `make test`.
+test-full: $(VENV)/.synced system-deps
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts=""
 
 golden: $(VENV)/.synced

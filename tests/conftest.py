@@ -17,6 +17,13 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HOSTILE_FIGURES = PROJECT / "build" / "hostile-figures"
 
 
+# The readiness waits of a stand-in engine: a cap that reports a hang, never a verdict on speed. A loaded machine
+# (a start that waits for the GPUs another engine still holds, then systemd's RestartSec=) may need minutes.
+READY_CAP_S = 600
+# Where a test wants the "not healthy after N s" failure of an engine that never becomes healthy: the wait then runs
+# out whatever the machine's speed, so its verdict does not depend on it.
+NEVER_HEALTHY_WAIT_S = 30
+
 # What `pulumi config set --secret` gives kpro5 before its first `pulumi up`.
 KPRO5_SECRETS = frozenset({"sshPrivateKey", "hfToken", "llmApiKey"})
 

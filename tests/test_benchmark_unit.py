@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KPRO5_SECRETS, kpro5_values
+from conftest import KPRO5_SECRETS, NEVER_HEALTHY_WAIT_S, READY_CAP_S, kpro5_values
 from fakehost import engines, host_env
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5
@@ -40,10 +40,10 @@ def stack_values(ports: tuple[int, int], run_file: Path, sha256: str) -> dict:
     values["nvidia"].update(url=f"file://{run_file}", sha256=sha256)
     for service, port in zip(values["services"], ports):
         service.update(port=port, bind="127.0.0.1")
-        service["gate"].update(readyTimeoutS=30, maxTokens=32)
+        service["gate"].update(readyTimeoutS=READY_CAP_S, maxTokens=32)
     bench = values["benchmarks"][0]
     bench.pop("ddtree")  # the reference job has its own test below
-    bench.update(readyTimeoutS=30)
+    bench.update(readyTimeoutS=READY_CAP_S)
     bench["prompts"].update(maxTokens=32, longContext={"contextTokens": 100000})
     return values
 
@@ -171,13 +171,16 @@ def test_an_sglang_without_enable_metrics_fails_its_row_and_the_services_are_res
     assert not (tree / RESULTS / "inputs").exists()
 
 
-def test_a_service_that_never_becomes_healthy_fails_the_run_and_the_declared_one_serves_again(host):
-    tree, graph = host
+def test_a_service_that_never_becomes_healthy_fails_the_run_and_the_declared_one_serves_again(installed, host):
+    tree, _graph = host
+    values = copy.deepcopy(installed[2])
+    values["benchmarks"][0]["readyTimeoutS"] = NEVER_HEALTHY_WAIT_S
+    unit = bench_unit(plan_host(validate_stack(values, KPRO5_SECRETS)))
     configure(tree, engine_behaviour={**BEHAVIOUR, "qwen-vllm-dflash": {"fail": "health"}})
-    result = apply(tree, bench_unit(graph))
+    result = apply(tree, unit)
     assert result.returncode != 0
     table = rows(json.loads((tree / RESULTS / "results.json").read_text()))
-    assert "not healthy after 30 s: /health answered 503" in table["qwen-vllm-dflash"]["status"]
+    assert f"not healthy after {NEVER_HEALTHY_WAIT_S} s: /health answered 503" in table["qwen-vllm-dflash"]["status"]
     assert table["qwen-sglang"]["status"] == "ok"
     assert "services restored as declared: qwen-sglang=running qwen-vllm-dflash=stopped" in result.stdout
     assert (state(tree, SGLANG), state(tree, VLLM)) == ("active", "inactive")
@@ -229,7 +232,7 @@ def test_the_ddtree_reference_runs_after_the_services_and_adds_its_rows(installe
     reference = bench.ddtree.model_copy(update={
         "repository": f"file://{bare}", "commit": commit,
         "patch": bench.ddtree.patch.model_copy(update={"sha256": hashlib.sha256(patch.encode()).hexdigest()})})
-    bench = bench.model_copy(update={"ddtree": reference, "ready_timeout_s": 30,
+    bench = bench.model_copy(update={"ddtree": reference, "ready_timeout_s": READY_CAP_S,
                                      "prompts": bench.prompts.model_copy(update={"max_tokens": 32})})
     config = config.model_copy(update={"benchmarks": (bench,)})
     monkeypatch.setattr(container_services, "patch_text", lambda _bench: patch)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KPRO5_SECRETS, kpro5_values
+from conftest import KPRO5_SECRETS, READY_CAP_S, kpro5_values
 from fakehost import engines, host_env
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5
@@ -36,7 +36,7 @@ VERSION = "580.126.09"
 API_KEY = "sk-engines-test-key-4c1d9a"
 SECRETS = {"hfToken": "hf_EnginesTestToken0b7e21", "llmApiKey": API_KEY}
 CT = "var/lib/lxc/129/rootfs"
-READY_S = 30.0
+READY_S = float(READY_CAP_S)
 LONG = " ".join(["word"] * 60)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from jinja2 import nodes
 
-from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
+from conftest import KPRO5_SECRETS, READY_CAP_S, TRAINER_SECRETS, kpro5_values, trainer_values
 from gpuhosts.config import ConfigError
 from gpuhosts.stacks import validate_stack
 from gpuhosts.protocol import parse_facts
@@ -502,7 +502,7 @@ def test_kpro5_with_hostile_values_converges_and_tears_down_on_the_simulated_hos
     for service in base["services"]:
         # The gate talks to 127.0.0.1 of the machine running the tests: ports of our own, quick timeouts.
         service.update(port=free_port(), bind="127.0.0.1")
-        service["gate"].update(readyTimeoutS=30, maxTokens=64)
+        service["gate"].update(readyTimeoutS=READY_CAP_S, maxTokens=64)
     values, _refused = accepted(validate_stack, base, KPRO5_SECRETS, kpro5_changes(canary))
     stack = validate_stack(values, KPRO5_SECRETS)
     for service in stack.services:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuhosts.plans.proxmox_host import plan_host
-from conftest import KPRO5_SECRETS, kpro5_values
+from conftest import KPRO5_SECRETS, READY_CAP_S, kpro5_values
 from engine_standin import Engine, start_engine
 from fakehost import host_env
 from fakehost.installer import make_fake_run
@@ -88,7 +88,7 @@ class Host:
         sglang.update(port=self.sglang_port, bind="127.0.0.1")
         vllm.update(port=self.vllm_port, bind="127.0.0.1")
         for service in values["services"]:
-            service["gate"].update(readyTimeoutS=30, maxTokens=64)
+            service["gate"].update(readyTimeoutS=READY_CAP_S, maxTokens=64)
         return values
 
     def units(self, values: dict) -> list[Unit]:

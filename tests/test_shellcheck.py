@@ -43,7 +43,16 @@ def inner_scripts(text: str) -> list[str]:
 
 
 def scripts():
+    """Each distinct script once, named after the first variant that renders it: most units render the same text in
+    every variant, and a second shellcheck of the same text can only repeat the first verdict."""
     found = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(text: str, shell: str, name: str) -> None:
+        if (text, shell) not in seen:
+            seen.add((text, shell))
+            found.append(pytest.param(text, shell, id=name))
+
     plans = {variant: plan_host(validate_stack(values, KPRO5_SECRETS)) for variant, values in variants().items()}
     trainer = trainer_values()
     plans["trainer"] = plan_training_node(validate_trainer_stack(trainer, TRAINER_SECRETS)).graph
@@ -55,13 +64,13 @@ def scripts():
         for unit in graph:
             for operation in SCRIPTS:
                 text = getattr(unit, operation)
-                found.append(pytest.param(text, "bash", id=f"{variant}/{unit.key}/{operation}"))
+                add(text, "bash", f"{variant}/{unit.key}/{operation}")
                 for inner in inner_scripts(text):
-                    found.append(pytest.param(inner, "bash", id=f"{variant}/{unit.key}/{operation}-in-container"))
+                    add(inner, "bash", f"{variant}/{unit.key}/{operation}-in-container")
             for file in unit.files:
                 for shebang, shell in (("#!/bin/sh", "sh"), ("#!/bin/bash", "bash")):
                     if file.content.startswith(shebang + "\n"):
-                        found.append(pytest.param(file.content, shell, id=f"{variant}{file.path}"))
+                        add(file.content, shell, f"{variant}{file.path}")
     return found
 
 
@@ -78,7 +87,9 @@ def test_script_is_valid_and_shellcheck_clean(text, shell, tmp_path):
 
 def test_every_probe_and_its_inner_script_is_checked():
     """The table above reaches the probes, including the part a probe runs inside a container."""
-    ids = [param.id for param in scripts()]
+    params = scripts()
+    ids = [param.id for param in params]
     assert "kpro5/vfio-binding/probe" in ids and "trainer/preflight/probe" in ids
+    assert len({param.values for param in params}) == len(params), "a script is checked twice"
     assert "kpro5/ct129-service-qwen-sglang/probe-in-container" in ids
     assert "kpro5-model-store/ct129-model-store/probe" in ids

@@ -31,6 +31,7 @@ from fakehost.view import HostView
 import os
 import sys
 
+from conftest import READY_CAP_S
 from engine import ApplyError, Engine, Op, Preview
 from sshhost import SshHost
 
@@ -155,7 +156,7 @@ class Bed(HostView):
         services = copy.deepcopy(stack_document()["config"]["gpuhosts:services"])
         for service, port in zip(services, (sglang_port, vllm_port)):
             service.update(port=port, bind="127.0.0.1")
-            service["gate"].update(readyTimeoutS=30, maxTokens=64)
+            service["gate"].update(readyTimeoutS=READY_CAP_S, maxTokens=64)
         values["services"] = services
         return values
 
