@@ -1,4 +1,4 @@
-"""ProxmoxHost: the parent of a Proxmox VE host's units; the plan itself is gpuhosts.plans.proxmox_host."""
+"""ProxmoxHost: the root of a Proxmox VE host's resource tree; the plan itself is gpuhosts.plans.proxmox_host."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pulumi
 
 from components.host_units import materialize, target_of
 from gpuhosts.config import StackConfig
-from gpuhosts.plans.benchmark import benchmark_key, results_dir
-from gpuhosts.plans.deploy_gate import gate_key
+from gpuhosts.plans.container_services import benchmark_at, service_at
 from gpuhosts.plans.proxmox_host import plan_host
 
 
@@ -17,22 +16,24 @@ class ProxmoxHost(pulumi.ComponentResource):
         name = config.host.name
         super().__init__("gpuhosts:host:ProxmoxHost", name, None, opts)
         graph = plan_host(config)
-        self.units = materialize(graph, self, target_of(config.host.ssh), secrets or {})
+        self.units, self.groups = materialize(graph, self, "host", target_of(config.host.ssh), secrets or {})
         self.reboot_required = pulumi.Output.all(*(u.rebootRequired for u in self.units.values())).apply(
             lambda flags: any(bool(flag) for flag in flags))
-        gates = {s.name: self.units[gate_key(s)].report for s in config.services if gate_key(s) in self.units}
         # Per service: where it listens and, for a running one, what its deploy gate measured.
+        # A service in a container without GPUs has no units, so no component: it is listed all the same.
+        stacks = {service.name: self.groups.get(service_at(service)) for service in config.services}
         self.service_outputs = {
             service.name: {
                 "container": service.container, "enabled": service.enabled, "port": service.port,
-                "unit": service.unit_name, "gate": gates.get(service.name),
+                "unit": service.unit_name, "listen": getattr(stacks[service.name], "listen", None),
+                "gate": getattr(stacks[service.name], "gate", None),
             }
             for service in config.services
         }
         # Per benchmark: the table of its last run (the report of its unit), and where the files are.
         self.benchmark_outputs = {
-            bench.name: {"container": bench.container, "results": results_dir(bench),
-                         "table": self.units[benchmark_key(bench)].report}
+            bench.name: {"container": bench.container, "results": self.groups[benchmark_at(bench)].results,
+                         "table": self.groups[benchmark_at(bench)].table}
             for bench in config.benchmarks
         }
         self.register_outputs({"rebootRequired": self.reboot_required, "services": self.service_outputs,

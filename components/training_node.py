@@ -1,4 +1,4 @@
-"""TrainingNode: the parent of a training node's units; the plan itself is gpuhosts.plans.training_node."""
+"""TrainingNode: the root of a training node's resource tree; the plan itself is gpuhosts.plans.training_node."""
 
 from __future__ import annotations
 
@@ -15,6 +15,6 @@ class TrainingNode(pulumi.ComponentResource):
         name = stack.node.name
         super().__init__("gpuhosts:training:TrainingNode", name, None, opts)
         plan = plan_training_node(stack)
-        self.units = materialize(plan.graph, self, target_of(stack.node.ssh), secrets)
+        self.units, self.groups = materialize(plan.graph, self, "training", target_of(stack.node.ssh), secrets)
         self.summary = plan.summary
         self.register_outputs({"training": plan.summary})

@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plan of stack {args.stack} ({hosts}) written to {out}")
     for line in service_lines(summary):
         print(line)
+    # The resources `pulumi preview` would show, as it shows them.
+    print()
+    print((out / "tree.txt").read_text(), end="")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Offline plan: run the real Pulumi program under the SDK's mock runtime and write what it would apply.
 
 Nothing here talks to a host or to a Pulumi backend. The program (`__main__.py`) runs unchanged; a mock monitor
-records every resource it registers — type, name, parent, dependencies, inputs — and the stack outputs.
+records every resource it registers — type, name, parent, dependencies, inputs, aliases — and the stack outputs.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from gpuhosts.benchmarks import referenced_benchmark_secrets
 from gpuhosts.config import NAMESPACE, ConfigError, Problem, StackKind, stack_kind
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
+from gpuhosts.resource_tree import render_tree
 from gpuhosts.services import referenced_secrets
 from gpuhosts.stacks import require_locks, validate_stack, validate_trainer_stack
 from gpuhosts.training import referenced_training_secrets
@@ -30,7 +31,10 @@ SECRET = "[secret]"
 SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
 # Stands in for secrets the CLI would decrypt; it must never reach a plan file.
 SECRET_PLACEHOLDER = "gpuhosts-plan-secret-placeholder"
-HOST_UNIT_TYPE = "pulumi-python:dynamic:Resource"
+# Every unit is a dynamic resource of the one provider, of the type its kind names (components/host_units.py);
+# `pulumi-python:dynamic:Resource` is what every unit was before kinds had types.
+HOST_UNIT_PREFIX = "pulumi-python:dynamic"
+UNIT_TYPE = "pulumi-python:dynamic/gpuhosts:{kind}"
 # Written into every plan folder: only a folder that holds it may be replaced by the next plan.
 PLAN_MARKER = ".gpuhosts-plan"
 SCRIPTS = ("ensure", "teardown", "probe")
@@ -55,12 +59,36 @@ class Recorded:
     parent: str | None
     dependencies: list[str]
     inputs: dict[str, Any]
+    # The URNs the resource was known by before, as the engine resolves its aliases.
+    aliases: list[str] = field(default_factory=list)
 
 
 @dataclass
 class ProgramRun:
     resources: list[Recorded] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    stack_urn: str = ""
+    # Per component, the outputs it registered (`register_outputs`).
+    component_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def is_host_unit(type_: str) -> bool:
+    return type_.startswith(HOST_UNIT_PREFIX)
+
+
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+def engine_urn(stack: str, project: str, parent: str, type_: str, name: str) -> str:
+    """A resource's URN as the engine makes it (pkg/resource/deploy/step_generator.go `generateURN`,
+    pkg/resource/urn.go `NewURN`): the whole chain of the parent's types, without the root stack's, then its own.
+    The SDK's mock monitor puts only the parent's last type there, so a re-nested unit's URN would not change."""
+    qualified = type_
+    if parent:
+        parent_type = parent.split("::")[2]
+        if parent_type != ROOT_STACK_TYPE:
+            qualified = f"{parent_type}${type_}"
+    return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
 
 
 # The top-level keys of a Pulumi stack file; anything else there is ignored by the CLI, so a value meant for the
@@ -193,9 +221,14 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
             return {}
 
     class RecordingMonitor(pulumi_mocks.MockMonitor):
+        def make_urn(self, parent: str, type_: str, name: str) -> str:
+            return engine_urn(stack, NAMESPACE, parent, type_, name)
+
         def RegisterResource(self, request):
             response = super().RegisterResource(request)
-            if request.type != "pulumi:pulumi:Stack":
+            if request.type == "pulumi:pulumi:Stack":
+                run.stack_urn = response.urn
+            else:
                 run.resources.append(Recorded(
                     urn=response.urn,
                     type=request.type,
@@ -203,8 +236,27 @@ def run_program(project_root: Path, stack: str, values: dict[str, Any], secret_k
                     parent=request.parent or None,
                     dependencies=sorted(set(request.dependencies)),
                     inputs=(_unwrap if reveal_secrets else _scrub)(rpc.deserialize_properties(request.object)),
+                    aliases=[self.alias_urn(request, alias) for alias in request.aliases]
+                    + list(getattr(request, "aliasURNs", [])),
                 ))
             return response
+
+        def RegisterResourceOutputs(self, request):
+            outputs = (_unwrap if reveal_secrets else _scrub)(rpc.deserialize_properties(request.outputs))
+            if outputs:
+                run.component_outputs[request.urn] = outputs
+            return super().RegisterResourceOutputs(request)
+
+        def alias_urn(self, request, alias) -> str:
+            """An alias as the engine resolves it (pkg/resource/deploy/source_eval.go RegisterResource, then
+            resource.Alias.GetURN): a URN as given; a spec's unset name, type, parent, stack and project are the
+            resource's own, and its URN is made as a resource's is."""
+            if not alias.HasField("spec"):
+                return alias.urn
+            spec = alias.spec
+            parent = "" if spec.noParent else (spec.parentUrn or request.parent)
+            return engine_urn(spec.stack or stack, spec.project or NAMESPACE, parent, spec.type or request.type,
+                              spec.name or request.name)
 
     config = {f"{NAMESPACE}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     # Keys of other namespaces, as a stack file may hold them.
@@ -238,27 +290,39 @@ def load_stack(values: dict[str, Any], secure: set[str], other_keys=()):
 
 def check_materialized(graph, resources: list[Recorded]) -> None:
     """The program registered one host unit per unit of the graph, waiting for exactly what the unit needs."""
-    units = {r.urn: r for r in resources if r.type == HOST_UNIT_TYPE}
+    units = {r.urn: r for r in resources if is_host_unit(r.type)}
     by_name = {r.name: r for r in units.values()}
     if set(by_name) != set(graph.units):
         raise PlanError(f"the program's host units {sorted(by_name)} differ from the plan's {sorted(graph.units)}")
+    by_urn = {r.urn: r for r in resources}
     for unit in graph:
-        waits = {units[urn].name for urn in by_name[unit.key].dependencies if urn in units}
+        resource = by_name[unit.key]
+        waits = {units[urn].name for urn in resource.dependencies if urn in units}
         if waits != set(unit.needs):
             raise PlanError(f"{unit.key} waits for {sorted(waits)} in the program but needs {sorted(unit.needs)}")
+        if resource.type != UNIT_TYPE.format(kind=unit.kind):
+            raise PlanError(f"{unit.key} is a {resource.type} in the program, not a {UNIT_TYPE.format(kind=unit.kind)}")
+        # Up the tree, the components the plan puts the unit in, innermost first, then the host's.
+        parent = by_urn.get(resource.parent)
+        for kind, name in reversed(unit.group):
+            if parent is None or (parent.type.rsplit(":", 1)[-1], parent.name) != (kind, name):
+                raise PlanError(f"{unit.key} is not under the {kind} {name} of the plan in the program")
+            parent = by_urn.get(parent.parent)
+        if parent is None or is_host_unit(parent.type) or by_urn.get(parent.parent) is not None:
+            raise PlanError(f"{unit.key}'s components in the program are not those of the plan")
 
 
 def _resource_view(r: Recorded) -> dict[str, Any]:
     """A resource as resources.json shows it: scripts by reference (they are under commands/), not inline."""
     inputs = dict(r.inputs)
-    if r.type == HOST_UNIT_TYPE:
+    if is_host_unit(r.type):
         for name in SCRIPTS:
             if isinstance(inputs.get(name), str):
                 inputs[name] = f"[commands/{r.name}/{name}.sh sha256:{_sha(inputs[name])}]"
         if isinstance(inputs.get("__provider"), str):
             inputs["__provider"] = f"[pickled gpuhosts.provider.HostUnitProvider sha256:{_sha(inputs['__provider'])}]"
     return {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "dependencies": r.dependencies,
-            "inputs": inputs}
+            "inputs": inputs, "aliases": r.aliases}
 
 
 def _sha(text: str) -> str:
@@ -307,6 +371,8 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
     try:
         resources = sorted(run.resources, key=lambda r: r.urn)
         _dump(staging / "resources.json", [_resource_view(r) for r in resources])
+        rank = {unit.key: index for index, unit in enumerate(graph.apply_order)}
+        (staging / "tree.txt").write_text(render_tree(run.stack_urn, resources, rank))
 
         host_dir = staging / "hosts" / host
         for container, file in graph.files():

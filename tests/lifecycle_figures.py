@@ -3,6 +3,7 @@ over SSH through the real host-unit provider, with figures in a form to compare 
 
     lifecycle: converge1=<s> converge2=<s> commands1=<n> commands2=0 writes2=0 faults=<ok>/<tried> refused=<ok>/<tried> renames=<ok>/<tried>
     drift: cases=<n> shown=<n> repaired=<n> clean=<n> refused=<ok>/<tried>
+    alias: creates=0 deletes=0 commands=0                                     (kpro5 and trainer converged flat first)
     refresh: stack=<name> hosts=<n> units=<n> connections=<n> seconds=<s>      (one line per stack, in sync)
     parallel: units=<n> max_concurrent=<n> lock_waits=<n> failures=0          (a fresh converge of kpro5's units)
     critical: fresh_wall=<s> sum_units=<s>                                    (stand-in durations: see DURATIONS)
@@ -32,7 +33,7 @@ def main() -> int:
     from engine_standin import Engine as EngineStandin, start_engine
     from fakehost.util import configure
     from lifecycle.drifts import DRIFTS
-    from lifecycle.renames import RENAMES
+    from lifecycle.renames import RENAMES, carry_over
     from sshhost import free_port
     from sshhost.bed import SECRETS, Bed, names
     from sshhost.ladder import DROPS, HALF_WAY, ORDER, bed_before, build_ladder, marker
@@ -146,6 +147,18 @@ def main() -> int:
         lines.append(f"lifecycle: converge1={converge1:.1f}s converge2={converge2:.1f}s commands1={len(ops1)} "
                      f"commands2={len(ops2)} writes2={writes2} faults={survived}/{injected} refused={refused}/{tried} "
                      f"renames={renamed}/{len(RENAMES)}")
+
+        # --- a stack converged before the resource tree, carried over by the units' aliases --------------------
+        print("aliases", flush=True)
+        abed = Bed.seed(root / "alias-kpro5")
+        kpro5 = carry_over(abed, abed.program(abed.services_values(port, free_port())))
+        abed.close()
+        tbed = TrainerBed(root / "alias-trainer")
+        trainer = carry_over(tbed, tbed.program())
+        tbed.close()
+        creates, deletes = (kpro5.count(op) + trainer.count(op) for op in ("create", "delete"))
+        check(kpro5.commands + trainer.commands == 0, f"flat state carried over: {kpro5.figure()}; {trainer.figure()}")
+        lines.append(f"alias: creates={creates} deletes={deletes} commands={kpro5.commands + trainer.commands}")
 
         # --- drift ----------------------------------------------------------------------------------------------
         print("drift", flush=True)

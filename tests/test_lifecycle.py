@@ -13,10 +13,15 @@ import pytest
 
 from engine import ApplyError
 from fakehost.tree import tree_digest
+from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.protocol import parse_result
+from gpuhosts.stacks import validate_stack
 from sshhost.bed import A6000, MODEL, RTX3090_FUNCTIONS, VERSION, Bed, moved_to_vfio, names
 
-ORDER = ["vfio-binding", "nvidia-driver", "nvidia-uvm-at-boot", "ct129-gpu-devices", "ct129-nvidia-userspace"]
+
+def order_of(bed: Bed) -> list[str]:
+    """The bed's units in the plan's apply order (the host's own: the bed's stack has no services)."""
+    return [unit.key for unit in plan_host(validate_stack(bed.values(), set(bed.secrets()))).apply_order]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,10 @@ def applied(bed: Bed) -> dict:
 
 def test_up_from_the_seed_reaches_the_kpro5_state(template):
     bed, _program, start, after, ops = template
-    assert [(op.name, op.operation) for op in ops] == [(name, "create") for name in ORDER]
+    order = order_of(bed)
+    assert order[:2] == ["vfio-binding", "nvidia-driver"] and order[-1] == "ct129-nvidia-userspace", order
+    # The units form a chain, so the ops end in the apply order.
+    assert [(op.name, op.operation) for op in ops] == [(name, "create") for name in order]
     assert all(op.changed for op in ops), [(op.name, op.changed) for op in ops]
     assert after != start
 
@@ -67,7 +75,7 @@ def test_up_from_the_seed_reaches_the_kpro5_state(template):
     assert bed.problems() == []
 
     state = {entry["name"]: entry for entry in bed.engine.state().values() if "ensure" in entry["inputs"]}
-    assert sorted(state) == sorted(ORDER)
+    assert sorted(state) == sorted(order)
     # The vfio binding rewrote the initramfs: the host needs a reboot for it, and says so as an output.
     assert state["vfio-binding"]["outputs"]["rebootRequired"] is True
     # The state holds what the provider observed after its own refresh: the desired facts.
@@ -81,7 +89,7 @@ def test_up_again_runs_nothing_and_every_ensure_script_changes_nothing(template,
     preview = converged.preview(program=program)
     assert preview.changed() == {} and preview.refreshed == {}
     ops = converged.up(program=program)
-    assert names(ops) == [] and sorted(op.name for op in ops) == sorted(ORDER)  # the refresh reads, nothing else
+    assert names(ops) == [] and sorted(op.name for op in ops) == sorted(order_of(converged))  # the refresh's reads
 
     # By hand, over SSH, as an operator would run them.
     for name, script in converged.ensure_scripts(program):
@@ -96,7 +104,7 @@ def test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands(converged):
     values = moved_to_vfio(converged.values())
     changed_program = converged.program(values)
     before, after = units_of(program), units_of(changed_program)
-    must_run = [name for name in ORDER if before[name] != after[name]]
+    must_run = [name for name in order_of(converged) if before[name] != after[name]]
     # The boot unit checks a node per container GPU, so one GPU fewer is a change of its facts.
     assert {"vfio-binding", "nvidia-uvm-at-boot", "ct129-gpu-devices"} <= set(must_run)
 
@@ -125,7 +133,7 @@ def test_destroy_returns_to_the_start_and_keeps_the_container_disk(template, con
     assert disk_line
 
     ops = converged.destroy()
-    assert names(ops) == list(reversed(ORDER))
+    assert names(ops) == list(reversed(order_of(converged)))
     assert {e["name"] for e in converged.engine.state().values()} <= {"kpro5"}  # only the component may be left
     assert model.read_text() == '{"num_hidden_layers": 64}\n'
     assert [line for line in converged.text("/etc/pve/lxc/129.conf").splitlines() if line.startswith("rootfs:")] == disk_line

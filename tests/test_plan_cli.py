@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuhosts.plan import SECRET_PLACEHOLDER
+from gpuhosts.plan import SECRET_PLACEHOLDER, is_host_unit
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.stacks import validate_stack
 
-from conftest import PROJECT
+from conftest import KPRO5_SECRETS, PROJECT, kpro5_values
 
 GPUHOSTS = [sys.executable, "-m", "gpuhosts.cli"]
 
@@ -25,6 +27,11 @@ def plan(*args: str) -> subprocess.CompletedProcess:
 
 def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def kpro5_graph():
+    """The committed kpro5 stack's units, as the plan derives them."""
+    return plan_host(validate_stack(kpro5_values(benchmarks=True), KPRO5_SECRETS))
 
 
 def test_kpro5_summary_binds_exactly_the_3090s_and_gives_ct129_the_a6000s(tmp_path):
@@ -44,16 +51,36 @@ def test_kpro5_summary_binds_exactly_the_3090s_and_gives_ct129_the_a6000s(tmp_pa
                                           "userspace": "580.126.09"}}
 
     resources = json.loads((tmp_path / "kpro5" / "resources.json").read_text())
-    assert {r["type"] for r in resources} == {"gpuhosts:host:ProxmoxHost", "pulumi-python:dynamic:Resource"}
-    assert all({"type", "name", "parent", "dependencies", "inputs"} <= set(r) for r in resources)
+    graph = kpro5_graph()
+    assert {r["type"] for r in resources} == {"gpuhosts:host:ProxmoxHost"} | {
+        f"gpuhosts:host:{path[-1][0]}" for path in graph.components()} | {
+        f"pulumi-python:dynamic/gpuhosts:{unit.kind}" for unit in graph}
+    assert all({"type", "name", "parent", "dependencies", "inputs", "aliases"} <= set(r) for r in resources)
     commands = tmp_path / "kpro5" / "hosts" / "kpro5" / "commands"
     order = {p.name: json.loads((p / "unit.json").read_text())["applyOrder"] for p in commands.iterdir()}
-    assert sorted(order, key=order.get) == [
-        "vfio-binding", "nvidia-driver", "nvidia-uvm-at-boot", "ct129-gpu-devices", "ct129-nvidia-userspace",
-        "ct129-env-qwen-sglang", "ct129-env-qwen-vllm-dflash", "ct129-model-qwen3-6-27b",
-        "ct129-model-qwen3-6-27b-dflash", "ct129-ddtree-spec-bakeoff", "ct129-service-qwen-vllm-dflash",
-        "ct129-service-qwen-sglang", "ct129-gate-qwen-sglang", "ct129-bench-spec-bakeoff"]
-    assert sorted(order.values()) == list(range(1, 15))
+    assert sorted(order, key=order.get) == [unit.key for unit in graph.apply_order]
+    assert sorted(order.values()) == list(range(1, len(graph) + 1))
+
+
+def test_the_plan_prints_and_writes_the_resource_tree_as_a_preview_shows_it(tmp_path):
+    result = plan("kpro5", "--out", str(tmp_path / "kpro5"))
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "kpro5" / "tree.txt").read_text()
+    assert result.stdout.endswith("\n\n" + text)
+    lines = text.splitlines()
+    assert lines[0].split() == ["pulumi:pulumi:Stack", "gpuhosts-kpro5"]
+    assert lines[1].split() == ["└─", "gpuhosts:host:ProxmoxHost", "kpro5"]
+    # Every resource once, with its type, indented one step below its parent.
+    resources = {r["urn"]: r for r in json.loads((tmp_path / "kpro5" / "resources.json").read_text())}
+    depth = {}
+    for line in lines[1:]:
+        *_, type_, name = line.split()
+        indent = (len(line) - len(line.lstrip(" │├└─"))) // 3
+        (urn,) = [u for u, r in resources.items() if (r["type"], r["name"]) == (type_, name)]
+        depth[urn] = indent
+    assert sorted(depth) == sorted(resources)
+    for urn, r in resources.items():
+        assert depth[urn] == depth.get(r["parent"], 0) + 1, urn  # the stack's line is depth 0
 
 
 def test_two_runs_are_byte_identical(tmp_path):
@@ -90,7 +117,7 @@ def test_kpro5_summary_shows_both_services_with_derived_flags(tmp_path):
         assert f"gpuhosts:{name} is not set" in result.stderr
     stdin = {p.parent.name: json.loads(p.read_text())["stdin"]
              for p in (tmp_path / "kpro5" / "hosts" / "kpro5" / "commands").glob("*/unit.json")}
-    assert len(stdin) == 14 and {k: v for k, v in stdin.items() if v} == {
+    assert len(stdin) == len(kpro5_graph()) and {k: v for k, v in stdin.items() if v} == {
         "ct129-model-qwen3-6-27b-dflash": "[secret gpuhosts:hfToken]",
         "ct129-service-qwen-vllm-dflash": "[secret gpuhosts:llmApiKey]",
         "ct129-service-qwen-sglang": "[secret gpuhosts:llmApiKey]"}
@@ -166,7 +193,7 @@ def test_each_unit_folder_holds_its_scripts_the_resources_name_by_digest(tmp_pat
     assert plan("kpro5", "--out", str(tmp_path / "kpro5")).returncode == 0
     host = tmp_path / "kpro5" / "hosts" / "kpro5"
     resources = {r["name"]: r for r in json.loads((tmp_path / "kpro5" / "resources.json").read_text())
-                 if r["type"] == "pulumi-python:dynamic:Resource"}
+                 if is_host_unit(r["type"])}
     assert sorted(resources) == sorted(p.name for p in (host / "commands").iterdir())
     for name, resource in resources.items():
         folder = host / "commands" / name

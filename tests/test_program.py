@@ -1,5 +1,5 @@
 """The real __main__.py of the kpro5 and trainer stacks under Pulumi's mock runtime: one host unit per planned unit,
-its parent, what it waits for, its inputs, and secrets."""
+of its kind's type, under its group's component, what it waits for, its inputs, its alias, and secrets."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, trainer_values, PROJECT, kpro5_values
 from gpuhosts.stacks import validate_stack
-from gpuhosts.plan import HOST_UNIT_TYPE, SECRET, SECRET_PLACEHOLDER, read_stack_file, run_program
+from gpuhosts.plan import SECRET, SECRET_PLACEHOLDER, is_host_unit, read_stack_file, run_program
 from gpuhosts.provider import secret_digest
 from gpuhosts.stacks import validate_trainer_stack
 
@@ -58,15 +58,75 @@ def by_name(run, name, type_=None):
 
 
 def host_units(run) -> dict:
-    return {r.name: r for r in run.resources if r.type == HOST_UNIT_TYPE}
+    return {r.name: r for r in run.resources if is_host_unit(r.type)}
 
 
-def test_one_component_per_host_and_every_unit_under_it(run):
+def groups_above(run, resource) -> list[tuple[str, str]]:
+    """The components between a resource and the root component, outermost first, as (kind, name)."""
+    by_urn = {r.urn: r for r in run.resources}
+    found = []
+    parent = by_urn[resource.parent]
+    while parent.parent in by_urn:
+        found.append((parent.type.rsplit(":", 1)[-1], parent.name))
+        parent = by_urn[parent.parent]
+    return found[::-1]
+
+
+def assert_tree(run, graph, root, module: str) -> None:
+    """Each unit is a resource of its kind's type under the components of its group, each component of type
+    gpuhosts:<module>:<kind> under its own parent, and the root holds them all."""
+    units = host_units(run)
+    assert sorted(units) == sorted(graph.units)
+    for unit in graph:
+        resource = units[unit.key]
+        assert resource.type == f"pulumi-python:dynamic/gpuhosts:{unit.kind}", resource.urn
+        assert groups_above(run, resource) == list(unit.group), resource.urn
+    components = [r for r in run.resources if not is_host_unit(r.type) and r is not root]
+    assert sorted((r.type, r.name) for r in components) == sorted(
+        (f"gpuhosts:{module}:{path[-1][0]}", path[-1][1]) for path in graph.components())
+    assert all(groups_above(run, r) + [(r.type.rsplit(":", 1)[-1], r.name)] in [list(p) for p in graph.components()]
+               for r in components)
+
+
+def test_one_component_per_host_and_every_unit_in_the_tree_the_plan_declares(run):
     host = by_name(run, "kpro5", "gpuhosts:host:ProxmoxHost")
     assert host.parent.endswith("pulumi:pulumi:Stack::gpuhosts-kpro5"), host.urn
-    assert {r.type for r in run.resources} == {"gpuhosts:host:ProxmoxHost", HOST_UNIT_TYPE}
-    for unit in host_units(run).values():
-        assert unit.parent == host.urn, unit.urn
+    graph = plan_host(validate_stack(kpro5_values(benchmarks=True), KPRO5_SECRETS))
+    assert_tree(run, graph, host, "host")
+    # A service holds its environment, engine and gate and the weights only it reads; shared weights stay with the
+    # container, the host's own units with the host.
+    assert groups_above(run, host_units(run)["ct129-model-qwen3-6-27b-dflash"]) == [
+        ("LxcContainer", "ct129"), ("InferenceServiceStack", "qwen-vllm-dflash")]
+    assert groups_above(run, host_units(run)["ct129-model-qwen3-6-27b"]) == [("LxcContainer", "ct129")]
+    assert groups_above(run, host_units(run)["vfio-binding"]) == []
+    assert host_units(run)["vfio-binding"].type == "pulumi-python:dynamic/gpuhosts:VfioBinding"
+
+
+def test_every_unit_carries_an_alias_to_the_urn_it_had_directly_under_the_host(run):
+    for name, resource in host_units(run).items():
+        assert resource.aliases == [
+            f"urn:pulumi:kpro5::gpuhosts::gpuhosts:host:ProxmoxHost$pulumi-python:dynamic:Resource::{name}"], name
+    assert all(r.aliases == [] for r in run.resources if not is_host_unit(r.type))
+
+
+def test_a_unit_kind_is_a_resource_type_of_its_own_without_a_class_written_for_it():
+    from components.host_units import HostUnit, unit_type
+
+    made = unit_type("SomeFutureKind")
+    assert issubclass(made, HostUnit) and unit_type("SomeFutureKind") is made
+    assert made._resource_type_name == "dynamic/gpuhosts:SomeFutureKind"
+
+
+def test_the_components_users_read_offer_typed_outputs(run):
+    outputs = {next(r.name for r in run.resources if r.urn == urn): values
+               for urn, values in run.component_outputs.items()}
+    assert outputs["qwen-sglang"] == {"listen": "0.0.0.0:30000"}  # the gate's report is unknown until it has run
+    assert outputs["spec-bakeoff"] == {"results": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff"}
+    trainer = run_program(PROJECT, "trainer", trainer_values(), TRAINER_SECRETS)
+    (job,) = [values for urn, values in trainer.component_outputs.items() if "TrainingJobStack" in urn]
+    assert job == {"checkpoints": "/data/checkpoints/Qwen3.6-27B-DFlash",
+                   "log": "/data/checkpoints/Qwen3.6-27B-DFlash/train.log",
+                   "dataset": "/data/data/qwen36-mix-913k/tokenized"}
 
 
 def test_units_their_kinds_and_what_each_waits_for(run):
@@ -145,7 +205,8 @@ def test_invalid_config_stops_the_program_before_any_resource():
 def test_services_output_names_each_service_and_its_gate():
     services = run_program(PROJECT, "kpro5", kpro5_values(benchmarks=True), KPRO5_SECRETS).outputs["services"]
     assert services["qwen-sglang"] == {"container": 129, "enabled": True, "port": 30000,
-                                       "unit": "gpuhosts-qwen-sglang.service", "gate": None}
+                                       "unit": "gpuhosts-qwen-sglang.service", "listen": "0.0.0.0:30000",
+                                       "gate": None}
     assert services["qwen-vllm-dflash"]["enabled"] is False and services["qwen-vllm-dflash"]["gate"] is None
 
 
@@ -197,9 +258,9 @@ def test_the_trainer_stack_runs_under_mocks():
     units = host_units(run)
     assert sorted(units) == sorted(TRAINER_UNITS)
     graph = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS)).graph
+    assert_tree(run, graph, node, "training")
     for name, waits in TRAINER_UNITS.items():
         assert units[name].dependencies == sorted(units[w].urn for w in waits), name
-        assert units[name].parent == node.urn, name
         assert units[name].inputs["facts"] == graph[name].desired, name
         assert set(units[name].inputs["host"]) == {"address", "port", "user", "hostKey"}, name
         assert units[name].inputs.get("secret") == (SECRET if name == "model-qwen3-6-27b-dflash" else None), name
@@ -262,11 +323,12 @@ def test_every_committed_stack_runs_under_mocks_one_resource_per_planned_unit(st
         name, type_ = values["node"]["name"], "gpuhosts:training:TrainingNode"
     component = by_name(run, name, type_)
     assert component.parent.endswith(f"pulumi:pulumi:Stack::gpuhosts-{stack}"), component.urn
+    assert_tree(run, graph, component, "host" if kind == "proxmox" else "training")
     units = host_units(run)
-    assert sorted(units) == sorted(unit.key for unit in graph.apply_order)
     for unit in graph.apply_order:
         resource = units[unit.key]
-        assert resource.parent == component.urn and resource.inputs["facts"] == unit.desired, resource.urn
+        assert resource.urn.startswith(component.urn.rsplit("::", 1)[0] + "$"), resource.urn
+        assert resource.inputs["facts"] == unit.desired, resource.urn
         assert resource.dependencies == sorted(units[need].urn for need in unit.needs), resource.urn
 
 

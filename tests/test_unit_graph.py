@@ -10,7 +10,7 @@ from gpuhosts.plans.training_node import plan_training_node
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 from gpuhosts.stacks import validate_stack
 from gpuhosts.stacks import validate_trainer_stack
-from gpuhosts.units import GraphError, Unit, UnitGraph
+from gpuhosts.units import GraphError, Group, Report, Unit, UnitGraph, within
 
 
 def unit(key: str, *needs: str) -> Unit:
@@ -152,3 +152,64 @@ def test_every_plan_lists_each_need_before_its_unit(stack):
     for u in graph:
         assert set(u.needs) <= seen, (u.key, u.needs)
         seen.add(u.key)
+
+
+# --- the resource tree the plans declare ---------------------------------------------------------------------
+CT = (("LxcContainer", "ct129"),)
+SERVICE = CT + (("InferenceServiceStack", "svc"),)
+
+
+def test_groups_come_outer_first_in_the_order_of_their_first_unit_and_within_nests_them():
+    inner = within((("InferenceServiceStack", "svc"),), [unit("env"), unit("service", "env")])
+    graph = UnitGraph([unit("driver"), *within(CT, [unit("devices", "driver"), *inner])],
+                      [Group(SERVICE, {"listen": "0.0.0.0:1", "gate": Report("service")})])
+    assert graph["service"].group == SERVICE and graph["devices"].group == CT and graph["driver"].group == ()
+    assert graph.components() == [CT, SERVICE]
+    assert graph.groups[SERVICE].outputs["gate"] == Report("service")
+
+
+@pytest.mark.parametrize("units, groups, words", [
+    ([unit("a")], [Group(SERVICE, {})], "group LxcContainer ct129/InferenceServiceStack svc has outputs but no unit"),
+    (within(SERVICE, [unit("a")]) + [unit("b")], [Group(SERVICE, {"gate": Report("b")})],
+     "output gate reports b, which is not a unit under it"),
+    (within(CT + (("InferenceServiceStack", "x"),), [unit("a")]) +
+     within((("LxcContainer", "ct130"), ("InferenceServiceStack", "x")), [unit("b")]), [],
+     "would be one resource: give them different names"),
+], ids=["outputs without units", "report of another group's unit", "one name under two containers"])
+def test_a_bad_tree_is_refused_naming_the_groups(units, groups, words):
+    with pytest.raises(GraphError) as caught:
+        UnitGraph(units, groups)
+    assert words in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("step", [("lxcContainer", "ct129"), ("LxcContainer", "CT129"), ("LxcContainer",)])
+def test_a_group_step_that_cannot_name_a_component_is_refused(step):
+    with pytest.raises(GraphError, match="is not \\(CamelCase kind, lower-case name\\)"):
+        within((step,), [unit("a")])
+
+
+def test_a_kind_that_cannot_name_a_resource_type_is_refused():
+    with pytest.raises(GraphError, match="kind 'python-env' is not a CamelCase name"):
+        Unit(key="a", kind="python-env", ensure="", teardown="", probe="")
+
+
+def test_the_plans_put_every_unit_of_a_service_or_benchmark_under_it_and_the_host_units_under_the_host():
+    graph = plan_host(validate_stack(kpro5_values(benchmarks=True), KPRO5_SECRETS))
+    by_group = {}
+    for u in graph:
+        by_group.setdefault(u.group, []).append(u.kind)
+    assert by_group[()] == ["VfioBinding", "NvidiaDriver", "LxcGpuPassthrough"]
+    assert by_group[(("LxcContainer", "ct129"),)] == ["LxcGpuPassthrough", "ContainerUserspace", "ModelDownload"]
+    assert by_group[(("LxcContainer", "ct129"), ("InferenceServiceStack", "qwen-sglang"))] == [
+        "PythonEnv", "InferenceService", "DeployGate"]
+    assert by_group[(("LxcContainer", "ct129"), ("BenchmarkStack", "spec-bakeoff"))] == ["DDTreeCheckout", "Benchmark"]
+    assert set(graph.groups) == {(("LxcContainer", "ct129"), ("InferenceServiceStack", "qwen-sglang")),
+                                 (("LxcContainer", "ct129"), ("InferenceServiceStack", "qwen-vllm-dflash")),
+                                 (("LxcContainer", "ct129"), ("BenchmarkStack", "spec-bakeoff"))}
+    trainer = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS)).graph
+    assert {u.key: u.group[-1][0] for u in trainer if u.group} == {
+        "env-vllm": "HiddenStateServerStack", "hidden-state-server": "HiddenStateServerStack",
+        "hidden-state-check": "HiddenStateServerStack", "env-monitor": "MonitorStack",
+        "training-monitor": "MonitorStack", "drafter-convert": "TrainingJobStack",
+        "dataset-qwen36-mix-913k": "TrainingJobStack", "dflash-training": "TrainingJobStack"}
+

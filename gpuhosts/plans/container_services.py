@@ -8,15 +8,21 @@
 * a DeployGate per enabled service waits for that service;
 * a Benchmark waits for every service on its GPUs and their gates (it stops and restarts them), and for the DDTree
   reference's checkout and drafter download when it has one.
+
+In the resource tree each service holds its environment, its unit, its gate and the weights only it reads; each
+benchmark its checkout and a drafter only it reads; weights that several read stay with the container.
 """
 
 from __future__ import annotations
 
-from gpuhosts.plans.benchmark import patch_text, plan_benchmark
+from dataclasses import replace
+
+from gpuhosts.benchmarks import BenchmarkConfig
+from gpuhosts.plans.benchmark import benchmark_key, patch_text, plan_benchmark, results_dir
 from gpuhosts.plans.container_userspace import userspace_key
 from gpuhosts.plans.ddtree_reference import plan_ddtree_checkout
 from gpuhosts.plans.engine_install import plan_engine_install
-from gpuhosts.plans.deploy_gate import plan_deploy_gate
+from gpuhosts.plans.deploy_gate import gate_key, plan_deploy_gate
 from gpuhosts.plans.inference_service import plan_inference_service, service_key
 from gpuhosts.plans.lxc_gpu_passthrough import devices_key
 from gpuhosts.plans.model_download import (
@@ -29,7 +35,19 @@ from gpuhosts.plans.model_download import (
 from gpuhosts.config import ContainerConfig, StackConfig
 from gpuhosts.engines import driver_for
 from gpuhosts.services import ServiceConfig, WeightsOn
-from gpuhosts.units import Unit
+from gpuhosts.units import Group, GroupPath, Report, Unit, within
+
+
+def container_at(vmid: int) -> GroupPath:
+    return (("LxcContainer", f"ct{vmid}"),)
+
+
+def service_at(service: ServiceConfig) -> GroupPath:
+    return container_at(service.container) + (("InferenceServiceStack", service.name),)
+
+
+def benchmark_at(bench: BenchmarkConfig) -> GroupPath:
+    return container_at(bench.container) + (("BenchmarkStack", bench.name),)
 
 
 def stopped_before(services: list[ServiceConfig], service: ServiceConfig) -> list[ServiceConfig]:
@@ -49,11 +67,12 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
     last_restart = devices_key(vmid)
     needs_store = container.model_store is not None and any(s.weights_on is WeightsOn.HOST for s in services)
     if needs_store:
-        units.append(plan_model_store(container, (devices_key(vmid),)))
+        units += within(container_at(vmid), [plan_model_store(container, (devices_key(vmid),))])
         last_restart = model_store_key(vmid)
     # Each service's driver, resolved once: its install, its unit and its gate read it.
     drivers = {s.name: driver_for(s.engine) for s in services}
-    envs = {s.name: plan_engine_install(s, drivers[s.name], (last_restart,)) for s in services}
+    envs = {s.name: replace(plan_engine_install(s, drivers[s.name], (last_restart,)), group=service_at(s))
+            for s in services}
     units += envs.values()
     downloads: dict[str, list[str]] = {}
     planned = downloads_for(container, services)
@@ -66,7 +85,8 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
             known.add(drafter.path)
     download_of: dict[str, str] = {}
     for download in planned:
-        unit = plan_model_download(vmid, download, () if download.host_path else (last_restart,))
+        unit = replace(plan_model_download(vmid, download, () if download.host_path else (last_restart,)),
+                       group=download_at(vmid, download, services, config.benchmarks_in(vmid)))
         units.append(unit)
         download_of[download.spec.path] = unit.key
         for name in download.services:
@@ -78,14 +98,40 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
         if needs_store and service.weights_on is WeightsOn.HOST:
             needs.append(model_store_key(vmid))
         needs += [service_key(other) for other in stopped_before(services, service)]
-        service_units[service.name] = plan_inference_service(service, config, tuple(needs), drivers[service.name])
+        service_units[service.name] = replace(
+            plan_inference_service(service, config, tuple(needs), drivers[service.name]), group=service_at(service))
     units += service_units.values()
-    units += [plan_deploy_gate(s, service_units[s.name], drivers[s.name]) for s in services if s.enabled]
+    units += [replace(plan_deploy_gate(s, service_units[s.name], drivers[s.name]), group=service_at(s))
+              for s in services if s.enabled]
     for bench in config.benchmarks_in(vmid):
         extra: tuple[str, ...] = ()
         if bench.ddtree is not None:
             checkout = plan_ddtree_checkout(vmid, bench, patch_text(bench), (last_restart,))
-            units.append(checkout)
+            units.append(replace(checkout, group=benchmark_at(bench)))
             extra = (checkout.key, download_of[bench.ddtree.drafter.path])
-        units.append(plan_benchmark(bench, config, service_units, extra))
+        units.append(replace(plan_benchmark(bench, config, service_units, extra), group=benchmark_at(bench)))
     return units
+
+
+def download_at(vmid: int, download: Download, services: list[ServiceConfig],
+                benchmarks: list[BenchmarkConfig]) -> GroupPath:
+    """A download read by one service or one benchmark alone belongs to it; a shared one to the container."""
+    if len(download.services) == 1:
+        (reader,) = download.services
+        if reader.startswith("bench:"):
+            bench = next(b for b in benchmarks if b.name == reader.removeprefix("bench:"))
+            return benchmark_at(bench)
+        return service_at(next(s for s in services if s.name == reader))
+    return container_at(vmid)
+
+
+def plan_container_groups(config: StackConfig, container: ContainerConfig) -> list[Group]:
+    """What a container's services and benchmarks offer to read: where each service listens and what its gate
+    measured (a stopped service has no gate), and each benchmark's table and where its files are."""
+    vmid = container.vmid
+    return [
+        *(Group(service_at(s), {"listen": f"{s.bind}:{s.port}", "gate": Report(gate_key(s)) if s.enabled else None})
+          for s in config.services_in(vmid)),
+        *(Group(benchmark_at(b), {"results": results_dir(b), "table": Report(benchmark_key(b))})
+          for b in config.benchmarks_in(vmid)),
+    ]

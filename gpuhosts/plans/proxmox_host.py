@@ -4,7 +4,7 @@ from __future__ import annotations
 from gpuhosts.compat_data import model_facts
 from gpuhosts.engines import driver_for
 from gpuhosts.plans.benchmark import summarize_benchmark
-from gpuhosts.plans.container_services import plan_container_services
+from gpuhosts.plans.container_services import container_at, plan_container_groups, plan_container_services
 from gpuhosts.plans.deploy_gate import gate_settings
 from gpuhosts.hostside.drafter_config import target_layer_ids
 from gpuhosts.plans.inference_service import engine_args, engine_environment, environment_file, venv_path
@@ -14,7 +14,7 @@ from gpuhosts.plans.lxc_gpu_passthrough import UVM_AT_BOOT, devices_key, plan_co
 from gpuhosts.plans.nvidia_driver import UNIT as DRIVER, plan_nvidia_driver
 from gpuhosts.plans.vfio_binding import UNIT as VFIO, plan_vfio_binding
 from gpuhosts.config import GpuUse, StackConfig
-from gpuhosts.units import Unit, UnitGraph
+from gpuhosts.units import Group, Unit, UnitGraph, within
 
 
 def plan_host(config: StackConfig) -> UnitGraph:
@@ -32,11 +32,15 @@ def plan_host(config: StackConfig) -> UnitGraph:
     containers = [c for c in config.containers if config.container_gpus(c.vmid)]
     if containers:
         units.append(plan_uvm_at_boot(config, (gpu_ready,)))
+    groups: list[Group] = []
     for container in containers:
-        units.append(plan_container_devices(config, container, (UVM_AT_BOOT,)))
-        units.append(plan_container_userspace(config, container, (devices_key(container.vmid),)))
+        # The host's side of a container's devices is the container's too: the tree shows them under it.
+        units += within(container_at(container.vmid), [
+            plan_container_devices(config, container, (UVM_AT_BOOT,)),
+            plan_container_userspace(config, container, (devices_key(container.vmid),))])
         units += plan_container_services(config, container)
-    return UnitGraph(units)
+        groups += plan_container_groups(config, container)
+    return UnitGraph(units, groups)
 
 
 def summarize_host(config: StackConfig) -> dict:

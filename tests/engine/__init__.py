@@ -9,6 +9,10 @@ and is spoken to over gRPC: Configure, Check, Diff, Create, Read, Update, Delete
   `GetPackageConfig`; the Python server unwraps them: sdk/python/lib/pulumi/dynamic/__main__.py `Configure`);
 * `refresh` (Pulumi.yaml `options.refresh: always`) reads every resource in the state before the program's
   diff; Read's `inputs` replace the stored inputs (pkg/resource/deploy/step.go `RefreshStep.Apply`);
+* a resource whose URN is not in the state but one of whose aliases is takes over that entry, under its new URN,
+  type and parent; an old entry two resources claim is an error (pkg/resource/deploy/step_generator.go
+  `generateSteps`: the olds are looked up by the URN, then by each alias in turn, and `sg.aliased` records the
+  claim, so the aliased entry is no delete);
 * each resource is Checked, then Diffed; the Python server answers DIFF_UNKNOWN for an empty DiffResult, and the
   engine then compares the stored inputs with the checked new ones, naming each changed leaf
   (pkg/resource/deploy/step_generator.go `diffResource`);
@@ -19,8 +23,10 @@ and is spoken to over gRPC: Configure, Check, Diff, Create, Read, Update, Delete
   gone from the program: in reverse dependency levels, a level in parallel (pkg/resource/deploy/step_executor.go);
 * a failed step stops the scheduling of new steps; the steps in flight finish and are recorded.
 
-State is JSON: per URN the type, name, parent, dependencies, id, inputs and outputs. The provider's log (its
-stderr) is kept: one line per operation (`gpuhosts-unit: …`) and per dial (`gpuhosts-ssh: …`).
+Host units are the dynamic resources (`pulumi-python:dynamic…`: one type per unit kind, `…:Resource` before); the
+others are components, which only the state records. State is JSON: per URN the type, name, parent, dependencies,
+id, inputs and outputs. The provider's log (its stderr) is kept: one line per operation (`gpuhosts-unit: …`) and
+per dial (`gpuhosts-ssh: …`).
 """
 
 from __future__ import annotations
@@ -43,11 +49,16 @@ from pulumi.runtime import proto, rpc
 from pulumi.runtime.proto import provider_pb2_grpc
 
 PROJECT = Path(__file__).resolve().parents[2]
-HOST_UNIT = "pulumi-python:dynamic:Resource"
+HOST_UNIT_PREFIX = "pulumi-python:dynamic"
 PROVIDER_KEY = "__provider"
+DIAL_ATTEMPTS = "2"
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNIT_LOG = re.compile(r"^gpuhosts-unit: (?P<unit>\S+) (?P<script>ensure|teardown|probe) "
                       r"(?:changed=(?P<changed>true|false)|status=\S+ (?:lock_waits=(?P<waits>\d+) )?seconds=\S+)$")
+
+
+def is_host_unit(entry: dict[str, Any]) -> bool:
+    return entry["type"].startswith(HOST_UNIT_PREFIX)
 
 
 def default_parallel() -> int:
@@ -129,6 +140,9 @@ class ProviderServer:
         environment = dict(env or os.environ)
         environment["PYTHONPATH"] = os.pathsep.join([str(PROJECT), environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         environment.setdefault("PULUMI_PROJECT", "gpuhosts")
+        # A simulated host on loopback answers the first dial or never: ten dials with back-off only make a test of
+        # an unreachable host slow (gpuhosts/provider.py `dial_attempts`).
+        environment.setdefault("GPUHOSTS_SSH_DIAL_ATTEMPTS", DIAL_ATTEMPTS)
         self.process = subprocess.Popen([sys.executable, "-u", "-m", "pulumi.dynamic"], stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, env=environment, cwd=PROJECT)
         port = self.process.stdout.readline().decode().strip()
@@ -251,7 +265,7 @@ class Engine:
                     changed[entry["name"]] = diffs
                 entry.update(outputs=outputs, inputs=inputs)
 
-            urns = [urn for urn, entry in stored.items() if entry["type"] == HOST_UNIT]
+            urns = [urn for urn, entry in stored.items() if is_host_unit(entry)]
             self._parallel_map(read, urns)
             if own:
                 self._save(stored)
@@ -265,8 +279,10 @@ class Engine:
         try:
             stored = self.state()
             refreshed = self.refresh(stored) if refresh else {}
-            changes = {name: change for name, (change, _checked) in self._steps(program, stored).items()}
-            return Preview(changes, refreshed)
+            adopt_aliased(program, stored)
+            steps = self._steps(program, stored)
+            return Preview(by_name(program, stored, {urn: change for urn, (change, _checked) in steps.items()}),
+                           refreshed)
         finally:
             self._stop()
 
@@ -280,10 +296,12 @@ class Engine:
             if refresh:
                 self.refresh(stored)
                 self._save(stored)
+            adopt_aliased(program, stored)
             steps = self._steps(program, stored)
+            urn_of = {r["name"]: r["urn"] for r in program}
             for name in replace:
-                change, checked = steps[name]
-                steps[name] = (Change("replace", ["--replace"]), checked)
+                change, checked = steps[urn_of[name]]
+                steps[urn_of[name]] = (Change("replace", ["--replace"]), checked)
             wanted = {r["urn"]: r for r in program}
             if targets is not None:
                 unknown = set(targets) - {r["name"] for r in program}
@@ -294,13 +312,13 @@ class Engine:
 
             def apply(urn: str) -> None:
                 resource = wanted[urn]
-                change, checked = steps[resource["name"]]
+                change, checked = steps[urn]
                 old = stored.get(urn)
                 if change.operation == "same" or (targets is not None and resource["name"] not in targets):
                     if old is not None:
                         old.update(dependencies=resource["dependencies"], parent=resource["parent"])
                     return
-                if resource["type"] != HOST_UNIT:
+                if not is_host_unit(resource):
                     stored[urn] = {"type": resource["type"], "name": resource["name"], "parent": resource["parent"],
                                    "dependencies": resource["dependencies"], "id": "", "inputs": checked,
                                    "outputs": checked}
@@ -354,32 +372,32 @@ class Engine:
 
     # --- steps --------------------------------------------------------------------------------------------------------
     def _steps(self, program: list[dict[str, Any]], stored: dict[str, dict[str, Any]]) -> dict[str, tuple[Change, dict]]:
+        """Per URN, the program's resources' steps, then a delete per entry of the state the program has not."""
         steps: dict[str, tuple[Change, dict]] = {}
         for resource in program:
             urn, news = resource["urn"], resource["inputs"]
             old = stored.get(urn)
-            if resource["type"] != HOST_UNIT:
-                steps[resource["name"]] = (Change("same" if old else "create"), news)
+            if not is_host_unit(resource):
+                steps[urn] = (Change("same" if old else "create"), news)
                 continue
             checked = _plain(self._server.stub.Check(proto.CheckRequest(
                 urn=urn, olds=_struct(old["inputs"] if old else {}), news=_struct(news))).inputs)
             if old is None:
-                steps[resource["name"]] = (Change("create"), checked)
+                steps[urn] = (Change("create"), checked)
                 continue
             response = self._server.stub.Diff(proto.DiffRequest(id=old["id"], urn=urn, olds=_struct(old["outputs"]),
                                                                 news=_struct(checked)))
             diffs = property_diff(old["inputs"], checked)
             if response.replaces:
-                steps[resource["name"]] = (Change("replace", list(response.replaces)), checked)
+                steps[urn] = (Change("replace", list(response.replaces)), checked)
             elif response.changes == proto.DiffResponse.DIFF_SOME or (
                     response.changes == proto.DiffResponse.DIFF_UNKNOWN and diffs):
-                steps[resource["name"]] = (Change("update", diffs), checked)
+                steps[urn] = (Change("update", diffs), checked)
             else:
-                steps[resource["name"]] = (Change("same"), checked)
-        wanted = {r["urn"] for r in program}
-        for urn, entry in stored.items():
-            if urn not in wanted:
-                steps[entry["name"] + ("" if entry["name"] not in steps else f" ({urn})")] = (Change("delete"), {})
+                steps[urn] = (Change("same"), checked)
+        for urn in stored:
+            if urn not in steps:
+                steps[urn] = (Change("delete"), {})
         return steps
 
     def _delete_all(self, deletes: dict[str, dict[str, Any]], stored: dict[str, dict[str, Any]],
@@ -401,7 +419,7 @@ class Engine:
                 if any(base[key] in after[k] for k in kept):
                     kept.add(key)  # something that depends on it is still there
                     return
-                if entry["type"] == HOST_UNIT:
+                if is_host_unit(entry):
                     op = self._begin(entry["name"], "delete", base[key])
                     try:
                         self._server.stub.Delete(proto.DeleteRequest(id=entry["id"], urn=base[key],
@@ -477,6 +495,48 @@ class Engine:
         with self._lock:
             self._running -= 1
             self.ops.append(op)
+
+
+def adopt_aliased(program: list[dict[str, Any]], stored: dict[str, dict[str, Any]]) -> None:
+    """Move each entry of the state that a resource of the program claims through an alias to that resource's URN,
+    as the engine does before it plans the steps (pkg/resource/deploy/step_generator.go `generateSteps`: the old
+    state is looked up by the URN and then by each alias, first found wins, and an alias two resources claim is the
+    error "Duplicate resource alias"). The entry keeps its id, inputs and outputs; type and parent become the
+    resource's when its step is recorded."""
+    wanted = {r["urn"] for r in program}
+    claimed: dict[str, str] = {}
+    for resource in program:
+        urn = resource["urn"]
+        if urn in stored:
+            continue
+        for alias in resource.get("aliases") or ():
+            if alias in stored and alias not in wanted:
+                if alias in claimed:
+                    raise ValueError(f"Duplicate resource alias '{alias}' applied to resource with URN '{urn}' "
+                                     f"conflicting with resource with URN '{claimed[alias]}'")
+                claimed[alias] = urn
+                break
+    for alias, urn in claimed.items():
+        resource = next(r for r in program if r["urn"] == urn)
+        entry = stored.pop(alias)
+        entry.update(type=resource["type"], parent=resource["parent"])
+        stored[urn] = entry
+    # What the moved entries' dependents recorded: the new URNs, as the engine rewrites them in the snapshot.
+    for entry in stored.values():
+        entry["dependencies"] = [claimed.get(d, d) for d in entry["dependencies"]]
+        if entry.get("parent") in claimed:
+            entry["parent"] = claimed[entry["parent"]]
+
+
+def by_name(program: list[dict[str, Any]], stored: dict[str, dict[str, Any]], changes: dict[str, Change]) -> dict[str, Change]:
+    """The steps by resource name, as the preview lists them; a delete whose name the program also has is told
+    apart by its URN."""
+    names = {r["urn"]: r["name"] for r in program}
+    found: dict[str, Change] = {}
+    for urn, change in changes.items():
+        name = names.get(urn) or stored[urn]["name"]
+        found[name if name not in found else f"{name} ({urn})"] = change
+    return found
 
 
 def _details(error: grpc.RpcError) -> str:

@@ -5,7 +5,7 @@ Run as a process of its own (the mock runtime is process-global):
     python -m engine.program STACK_FILE  < secrets.json  > resources.json
 
 stdin holds the stack's secrets by key name ({"sshPrivateKey": …, "hfToken": …}), as `pulumi config set --secret`
-would hold them; stdout is a JSON list of {urn, type, name, parent, dependencies, inputs}.
+would hold them; stdout is a JSON list of {urn, type, name, parent, dependencies, inputs, aliases}.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def record(stack_file: Path, stack: str, secrets: dict[str, str]) -> list[dict]:
     values.update(secrets)
     run = run_program(PROJECT, stack, values, secure | set(secrets), reveal_secrets=True)
     return [{"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "dependencies": r.dependencies,
-             "inputs": r.inputs} for r in run.resources]
+             "inputs": r.inputs, "aliases": r.aliases} for r in run.resources]
 
 
 def main() -> int:
