@@ -89,7 +89,8 @@ class GpuUse(str, Enum):
 class SshConfig(_Model):
     host: str = Field(min_length=1, description="Address or DNS name of the host's SSH server.")
     port: int = Field(22, ge=1, le=65535, description="SSH port.")
-    user: str = Field("root", min_length=1, description="Login user; `pct set --devN` needs root.")
+    user: str = Field("root", min_length=1, description="Login user; the units install system files and services, "
+                                                        "which needs root (on a Proxmox host, so does `pct set --devN`).")
 
     @field_validator("host")
     @classmethod
@@ -102,7 +103,8 @@ class SshConfig(_Model):
         if not USER_NAME.match(value):
             raise ValueError(f"{value!r} is not a user name (lower-case letters, digits, '_', '-')")
         return value
-    host_key: str | None = Field(None, description="The host's public key (`ssh-ed25519 AAAA…`), pinned.")
+    host_key: str | None = Field(None, description="The host's public key (`ssh-ed25519 AAAA…`), pinned. Required "
+                                                   "unless insecureIgnoreHostKey.")
     insecure_ignore_host_key: bool = Field(False, description="Skip host key checking (warns). Default false.")
 
     @field_validator("host_key")
@@ -282,6 +284,18 @@ class StackConfig(_Model):
         return found + list(self.service_warnings)
 
 
+def ssh_problems(section: str, ssh: SshConfig) -> list[Problem]:
+    """The host key pinned, or its check skipped knowingly: without either, SSH would trust any key it is shown."""
+    if ssh.host_key is None and not ssh.insecure_ignore_host_key:
+        return [Problem(path=f"{NAMESPACE}:{section}.ssh.hostKey", message=(
+            "is required: pin the host key (`ssh-keyscan -t ed25519 HOST`), or set insecureIgnoreHostKey: true to "
+            "skip the check knowingly"))]
+    if ssh.host_key is not None and ssh.insecure_ignore_host_key:
+        return [Problem(path=f"{NAMESPACE}:{section}.ssh.insecureIgnoreHostKey",
+                        message="is true while hostKey is pinned: they are mutually exclusive; remove one")]
+    return []
+
+
 def ssh_placeholders(section: str, ssh: SshConfig) -> list[str]:
     if not placeholder_address(ssh.host):
         return []
@@ -321,12 +335,7 @@ def _cross_field_problems(host: HostConfig | None, nvidia: NvidiaConfig | None, 
         problems.append(Problem(path=f"{NAMESPACE}:{path}", message=message))
 
     if host is not None:
-        ssh = host.ssh
-        if ssh.host_key is None and not ssh.insecure_ignore_host_key:
-            add("host.ssh.hostKey", "is required: pin the host key (`ssh-keyscan -t ed25519 HOST`), "
-                "or set insecureIgnoreHostKey: true to skip the check knowingly")
-        if ssh.host_key is not None and ssh.insecure_ignore_host_key:
-            add("host.ssh.insecureIgnoreHostKey", "is true while hostKey is pinned: they are mutually exclusive; remove one")
+        problems += ssh_problems("host", host.ssh)
 
     seen_slots: dict[str, int] = {}
     for index, gpu in gpus:

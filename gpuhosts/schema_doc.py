@@ -7,6 +7,7 @@ way, from the unit graph its plan builds, so the README cannot list the units in
 
 from __future__ import annotations
 
+import re
 import sys
 import typing
 from enum import Enum
@@ -37,25 +38,49 @@ SECRETS = {
 }
 
 
-def _model_of(annotation) -> type[BaseModel] | None:
-    for candidate in (annotation, *typing.get_args(annotation)):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
+def _model_of(annotation) -> tuple[type[BaseModel] | None, bool]:
+    """The model a field holds, looked for through Optional and tuple/list, and whether it holds a list of them."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    listed = typing.get_origin(annotation) in (tuple, list)
+    for argument in typing.get_args(annotation):
+        model, inner_listed = _model_of(argument)
+        if model is not None:
+            return model, listed or inner_listed
+    return None, False
+
+
+def _value(value) -> str:
+    return str(value.value) if isinstance(value, Enum) else str(value)
+
+
+# A default the code derives where the stack leaves a field out (its Python default is None) is stated in the field's
+# description, as `default X` or `Default: X`; a field required only with another is `required with/unless/for X`.
+# The reference shows those words, not "none", which would read as "nothing happens".
+DERIVED = re.compile(r"(?:^|[;.] |, )[Dd]efault:? (?!none\b|no\b)(?P<what>.+?)(?: — |\.(?: |$)|;|$)")
+REQUIRED_WITH = re.compile(r"(?:^|[;.] |, )[Rr]equired (?P<when>(?:with|unless|for) .+?)(?:\.(?: |$)|;|$)")
 
 
 def _default(field) -> str:
     if field.is_required():
         return "—"
-    value = field.default
+    value = field.get_default(call_default_factory=True)
     if value is PydanticUndefined or value is None:
+        description = field.description or ""
+        required = REQUIRED_WITH.search(description)
+        if required:
+            return f"required {required['when']}"
+        derived = DERIVED.search(description)
+        if derived:
+            what = derived["what"].strip()
+            return f"`{what}`" if " " not in what or what.startswith("<") else what
         return "none"
     if isinstance(value, BaseModel):
         return "see below"
     if isinstance(value, Enum):
         return f"`{value.value}`"
     if isinstance(value, (tuple, list)):
-        return "`[" + ", ".join(str(v) for v in value) + "]`" if value else "none"
+        return "`[" + ", ".join(_value(v) for v in value) + "]`" if value else "none"
     if isinstance(value, dict):
         return "none" if not value else f"`{value}`"
     if isinstance(value, bool):
@@ -63,16 +88,28 @@ def _default(field) -> str:
     return f"`{value}`"
 
 
+def _cell(text: str) -> str:
+    """Markdown for a table cell: `|` escaped, and outside code spans `<` and `>` as entities, so that a placeholder
+    such as <repo> is shown, not taken for an HTML tag and dropped."""
+    parts = text.replace("|", "\\|").split("`")
+    return "`".join(part if index % 2 else part.replace("<", "&lt;").replace(">", "&gt;")
+                    for index, part in enumerate(parts))
+
+
+def key_of(model: type[BaseModel], name: str) -> str:
+    """The key a stack file spells: the field's alias (camelCase), never its Python name."""
+    field = model.model_fields[name]
+    generator = model.model_config.get("alias_generator")
+    return field.alias or (generator(name) if callable(generator) else name)
+
+
 def _rows(model: type[BaseModel], prefix: str = ""):
     for name, field in model.model_fields.items():
-        alias = field.alias or name
-        nested = _model_of(field.annotation)
-        key = f"{prefix}{alias}"
-        if nested is not None and not issubclass(nested, Enum):
-            yield key, _default(field), (field.description or "").replace("|", "\\|")
-            yield from _rows(nested, key + ".")
-        else:
-            yield key, _default(field), (field.description or "").replace("|", "\\|")
+        key = f"{prefix}{key_of(model, name)}"
+        yield key, _cell(_default(field)), _cell(field.description or "")
+        nested, listed = _model_of(field.annotation)
+        if nested is not None:
+            yield from _rows(nested, key + ("[]." if listed else "."))
 
 
 def table(kind: str) -> str:

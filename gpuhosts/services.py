@@ -142,6 +142,7 @@ class ModelSpec(_Model):
 
 
 class DrafterSpec(ModelSpec):
+    repo: str = Field(description="Hugging Face repository of the drafter's weights (`z-lab/Qwen3.6-27B-DFlash`).")
     num_layers: int | None = Field(None, ge=1, description="The drafter's own decoder layers; default from the known-models table.")
     target_layer_ids: tuple[int, ...] | None = Field(
         None, description="dflash_config.target_layer_ids as the drafter was trained; default derived from the target "

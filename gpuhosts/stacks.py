@@ -31,6 +31,7 @@ from gpuhosts.config import (
     kind_problems,
     namespace_problems,
     ssh_placeholders,
+    ssh_problems,
     stray_key_problems,
     validate_entries,
 )
@@ -130,6 +131,8 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
         else:
             value = _validate_at(model, raw[key], (key,), problems)
             node, training = (value, training) if key == "node" else (node, value)
+    if node is not None:
+        problems += ssh_problems("node", node.ssh)
     if node is not None and training is not None:
         problems += _training_problems(node, training, set(secret_keys))
         config = (drafter_configs or {}).get(training.drafter.repo)

@@ -274,9 +274,22 @@ class MonitorSpec(_Model):
         return ip_address(value)
 
 
+# A node keeps its weights under its own storage, not in a container: the same fields, its own default directory.
+NODE_MODEL_DIR = "Where the weights live on the node. Default <storage>/models/<repo>."
+
+
+class NodeModelSpec(ModelSpec):
+    local_dir: str | None = Field(None, description=NODE_MODEL_DIR)
+
+
+class NodeDrafterSpec(DrafterSpec):
+    local_dir: str | None = Field(None, description=NODE_MODEL_DIR)
+
+
 class TrainingConfig(_Model):
-    verifier: ModelSpec = Field(description="The target model whose hidden states train the drafter.")
-    drafter: DrafterSpec = Field(description="The drafter to start from (its weights), e.g. z-lab/Qwen3.6-27B-DFlash.")
+    verifier: NodeModelSpec = Field(description="The target model whose hidden states train the drafter.")
+    drafter: NodeDrafterSpec = Field(description="The drafter to start from (its weights), e.g. "
+                                                 "z-lab/Qwen3.6-27B-DFlash.")
     speculators: PackageSpec = Field(description="vllm-project/speculators release (its own environment).")
     vllm: PackageSpec = Field(description="vLLM release of the hidden-state server (its own environment).")
     server: ServerSpec = Field(ServerSpec(), description="The hidden-state server.")

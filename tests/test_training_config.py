@@ -67,6 +67,11 @@ BAD = [
      "is not a setting of a training node stack"),
     ("a plain-text token", lambda v: v.update(hfToken="hf_plainTrainerToken"), "gpuhosts:hfToken",
      "holds a secret as plain text"),
+    # Without a pinned key SSH would trust whatever key the node shows.
+    ("no host key", lambda v: v["node"]["ssh"].pop("hostKey"), "gpuhosts:node.ssh.hostKey",
+     "is required: pin the host key (`ssh-keyscan -t ed25519 HOST`), or set insecureIgnoreHostKey: true"),
+    ("a host key and its check skipped", lambda v: v["node"]["ssh"].update(insecureIgnoreHostKey=True),
+     "gpuhosts:node.ssh.insecureIgnoreHostKey", "mutually exclusive"),
 ]
 
 
