@@ -57,6 +57,64 @@ def kpro5() -> dict:
     return kpro5_values()
 
 
+# The full tier (`make test-full`): scenario suites that each converge hosts many times over. `make test` leaves
+# them out and keeps, per unit kind, its plan and at least one converge on the simulated host (docs/testing.md).
+# A module named here is full whole; "module::test" names one test (all its parameters).
+FULL_TIER = {
+    "lifecycle/test_faults.py": "a cut at every unit of an up, over SSH",
+    "lifecycle/test_drift.py": "every drift case shown and repaired over SSH",
+    "lifecycle/test_decommission.py": "kpro6's destroy and a migration, over SSH",
+    "lifecycle/test_renames.py": "renamed and re-nested units over SSH",
+    "lifecycle/test_services.py::test_a_rotated_api_key_shows_as_a_change_of_the_services_that_read_it":
+        "a second services converge",
+    "test_lifecycle.py::test_a_failed_command_names_the_unit_and_shows_only_the_tail_of_its_output":
+        "a refusal case; the unit's own script tests have it",
+    "test_lifecycle.py::test_refuses_to_take_a_gpu_from_a_running_vm": "a refusal case, over SSH",
+    "test_lifecycle.py::test_refuses_to_unbind_a_gpu_persistence_mode_keeps": "a refusal case, over SSH",
+    "test_lifecycle.py::test_refuses_a_container_user_space_that_differs_from_the_host_module":
+        "a refusal case, over SSH",
+    "test_lifecycle.py::test_refuses_container_devices_without_nvidia_uvm": "a refusal case, over SSH",
+    "test_host_scripts.py": "the host units' scenarios, script by script",
+    "test_service_scripts.py": "the services' scenarios, script by script",
+    "test_training_scripts.py": "the training node's scenarios, script by script",
+    "test_benchmark_unit.py": "the bake-off's failure cases against running engines",
+    "test_host_fidelity_initramfs.py": "initramfs images built and rebooted",
+    "test_host_fidelity_driver.py": "DKMS builds across kernels",
+    "test_host_fidelity_vfio.py": "vfio binding cases",
+    "test_host_fidelity_containers.py": "container config cases",
+    "test_host_fidelity_boot.py": "reboots of a converged host",
+    "test_hostile_input.py": "hundreds of generated hostile stacks",
+    "test_rendering_rule.py::test_kpro5_with_hostile_values_converges_and_tears_down_on_the_simulated_host":
+        "a converge with hostile values",
+    "test_rendering_rule.py::test_trainer_with_hostile_values_trains_and_tears_down_on_the_simulated_node":
+        "a converge with hostile values",
+    "test_check_cli.py": "gpuhosts check against converged hosts, case by case",
+    "test_plan_inputs.py": "one gpuhosts plan process per malformed input",
+    "test_fakehost_selftest.py": "the simulated host's own behaviour",
+    "test_fakehost_engines.py": "the engine stand-ins' own behaviour",
+    "test_fakehost_containers.py": "the simulated containers' own behaviour",
+    "test_dataset_prepare_unit.py::test_a_source_converts_the_files_its_split_or_data_files_name":
+        "one download and conversion per source layout",
+    "test_dataset_prepare_unit.py::test_a_changed_count_remixes_and_retokenizes_without_downloading_or_converting":
+        "a second prepare",
+    "test_dataset_prepare_unit.py::test_an_interrupted_tokenize_resumes_and_reuses_the_rest": "a second prepare",
+    "test_dataset_prepare_unit.py::test_a_gated_source_needs_the_token_which_never_shows": "a second prepare",
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def tier_key(item) -> tuple[str, str]:
+    module = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+    return module, f"{module}::{item.originalname}"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module, test = tier_key(item)
+        if module in FULL_TIER or test in FULL_TIER:
+            item.add_marker(pytest.mark.full)
+
+
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):
         shutil.rmtree(HOSTILE_FIGURES, ignore_errors=True)
