@@ -359,3 +359,57 @@ def cmd_systemctl(argv):
         else:
             raise Fail(f"Unknown command verb '{sub}'.", 1)
     return rc
+
+
+# ---- systemd-run: transient timers --------------------------------------------------------------------------------
+# Transient units live in /run/systemd/transient (systemd.unit(5), "Unit File Load Path"), so a reboot drops them.
+TRANSIENT = "run/systemd/transient"
+
+
+def cmd_systemd_run(argv):
+    """systemd-run(1) with a timer option (`--on-active=`): it creates a transient `run-uN.timer` and `run-uN.service`
+    whose ExecStart= is the command, prints "Running timer as unit: run-uN.timer" and "Will run service as unit:
+    run-uN.service" and returns at once (src/run/run.c `start_transient_timer`). The command runs when the timer
+    elapses; here that is when a test calls `fire_timers`, at a point it chooses, never after a measured delay."""
+    r = root()
+    options, command = {}, list(argv)
+    while command and command[0].startswith("-"):
+        option = command.pop(0)
+        if option == "--":
+            break
+        name, _, value = option.partition("=")
+        options.setdefault(name, []).append(value)
+    if "--on-active" not in options:
+        raise Fail("systemd-run: this simulation runs commands only from a timer (--on-active=)", 1)
+    if not command:
+        raise Fail("systemd-run: Command line to execute required.", 1)
+    folder = r / TRANSIENT
+    number = 1 + sum(1 for _ in folder.glob("run-u*.timer")) if folder.is_dir() else 1
+    name = f"run-u{number}"
+    properties = "".join(f"{p}\n" for p in options.get("--timer-property", []))
+    write(folder / f"{name}.timer", f"[Timer]\nOnActiveSec={options['--on-active'][-1]}\n{properties}")
+    write(folder / f"{name}.service", f"[Service]\nExecStart={shlex.join(command)}\n")
+    print(f"Running timer as unit: {name}.timer\nWill run service as unit: {name}.service", file=sys.stderr)
+    return 0
+
+
+def pending_timers(r) -> list[str]:
+    folder = r / TRANSIENT
+    return sorted(p.stem for p in folder.glob("run-u*.timer")) if folder.is_dir() else []
+
+
+def fire_timers(r) -> list[str]:
+    """Run every pending transient timer's command, as its timer elapsing would; the commands it ran."""
+    import subprocess
+
+    from . import host_env
+
+    ran = []
+    for name in pending_timers(r):
+        service = (r / TRANSIENT / f"{name}.service").read_text()
+        command = service.split("ExecStart=", 1)[1].splitlines()[0]
+        (r / TRANSIENT / f"{name}.timer").unlink(missing_ok=True)
+        (r / TRANSIENT / f"{name}.service").unlink(missing_ok=True)
+        subprocess.run(shlex.split(command), env=host_env(r), check=True, capture_output=True, text=True)
+        ran.append(command)
+    return ran
