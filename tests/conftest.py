@@ -100,6 +100,10 @@ FULL_TIER = {
     "test_dataset_prepare_unit.py::test_an_interrupted_tokenize_resumes_and_reuses_the_rest": "a second prepare",
     "test_dataset_prepare_unit.py::test_a_gated_source_needs_the_token_which_never_shows": "a second prepare",
 }
+# Tests of a full-tier module that `make test` keeps: the one converge of a unit kind no quick module has.
+QUICK_IN_FULL_MODULE = {
+    "test_service_scripts.py::test_weights_on_host_storage_survive_in_the_host_directory": "ModelStore",
+}
 TESTS = Path(__file__).resolve().parent
 
 
@@ -111,7 +115,7 @@ def tier_key(item) -> tuple[str, str]:
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module, test = tier_key(item)
-        if module in FULL_TIER or test in FULL_TIER:
+        if (module in FULL_TIER and test not in QUICK_IN_FULL_MODULE) or test in FULL_TIER:
             item.add_marker(pytest.mark.full)
 
 
