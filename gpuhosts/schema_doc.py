@@ -1,8 +1,9 @@
 """The config reference, generated from the pydantic models: one source for the schema and its documentation.
 
-`python -m gpuhosts.schema_doc --write` rewrites the README's tables between their markers; the tests fail when
-the committed text differs from what the models say. The apply order of each committed stack is generated the same
-way, from the unit graph its plan builds, so the README cannot list the units in an order the plan does not follow.
+`python -m gpuhosts.schema_doc --write` rewrites the tables between their markers in docs/ (config-reference.md, and
+the apply orders in architecture.md and training-node.md); the tests fail when the committed text differs from what
+the models say. The apply order of each committed stack is generated the same way, from the unit graph its plan
+builds, so the documentation cannot list the units in an order the plan does not follow.
 """
 
 from __future__ import annotations
@@ -130,8 +131,11 @@ def markers(kind: str) -> tuple[str, str]:
         f"<!-- end of config reference: {kind} -->"
 
 
-# The committed stacks whose apply order the README shows.
-ORDERED_STACKS = ("kpro5", "trainer")
+# Where the generated blocks live: both config references in one document, and each committed stack's apply order
+# in the document whose prose describes its kinds of units in that order.
+CONFIG_REFERENCE = "docs/config-reference.md"
+ORDER_DOCS = {"kpro5": "docs/architecture.md", "trainer": "docs/training-node.md"}
+ORDERED_STACKS = tuple(ORDER_DOCS)
 
 
 def apply_order(stack: str) -> str:
@@ -151,29 +155,43 @@ def order_markers(stack: str) -> tuple[str, str]:
         f"<!-- end of apply order: {stack} -->"
 
 
-def _replace_between(readme: str, begin: str, end: str, body: str, what: str) -> str:
-    if begin not in readme or end not in readme:
-        raise ValueError(f"README.md lacks the markers of {what}: {begin} … {end}")
-    head, rest = readme.split(begin, 1)
+def blocks() -> list[tuple[str, str, str, typing.Callable[[], str], str]]:
+    """Each generated block: (its document, begin marker, end marker, what renders it, what it is)."""
+    found = [(CONFIG_REFERENCE, *markers(kind), (lambda kind=kind: table(kind)), f"the {kind} config reference")
+             for kind in KINDS]
+    found += [(doc, *order_markers(stack), (lambda stack=stack: apply_order(stack)), f"the {stack} apply order")
+              for stack, doc in ORDER_DOCS.items()]
+    return found
+
+
+GENERATED_DOCS = tuple(dict.fromkeys(doc for doc, *_ in blocks()))
+
+
+def _replace_between(text: str, begin: str, end: str, body: str, what: str, doc: str) -> str:
+    if begin not in text or end not in text:
+        raise ValueError(f"{doc} lacks the markers of {what}: {begin} … {end}")
+    head, rest = text.split(begin, 1)
     _old, tail = rest.split(end, 1)
     return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
-def rendered(readme: str) -> str:
-    for kind in KINDS:
-        readme = _replace_between(readme, *markers(kind), table(kind), f"the {kind} config reference")
-    for stack in ORDERED_STACKS:
-        readme = _replace_between(readme, *order_markers(stack), apply_order(stack), f"the {stack} apply order")
-    return readme
+def rendered(text: str, doc: str) -> str:
+    """`text`, the document `doc` (relative to the project), with each of its generated blocks as the code says."""
+    for where, begin, end, body, what in blocks():
+        if where == doc:
+            text = _replace_between(text, begin, end, body(), what, doc)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
-    readme = PROJECT_ROOT / "README.md"
-    text = rendered(readme.read_text())
-    if "--write" in (argv if argv is not None else sys.argv[1:]):
-        readme.write_text(text)
-    else:
-        sys.stdout.write(text)
+    write = "--write" in (argv if argv is not None else sys.argv[1:])
+    for doc in GENERATED_DOCS:
+        path = PROJECT_ROOT / doc
+        text = rendered(path.read_text(), doc)
+        if write:
+            path.write_text(text)
+        else:
+            sys.stdout.write(text)
     return 0
 
 

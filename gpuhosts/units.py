@@ -1,6 +1,6 @@
 """The unit graph: what each unit of a host does, what it truly needs, and the one order derived from that.
 
-A unit is facts plus an operation (docs: README, "How a host is converged"):
+A unit is facts plus an operation (docs/architecture.md, "How a host is converged"):
 
 * `ensure` — idempotent; moves the host to the desired facts, repairs drift, ends with one result line;
 * `teardown` — run from state; undoes only what this unit's ensure did, and only while this resource owns it;

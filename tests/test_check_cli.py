@@ -3,7 +3,7 @@
 The host is the simulated kpro5 behind a real OpenSSH server (tests/sshhost/bed.py), converged by `bed.up()`
 through the real provider; `gpuhosts check` then runs as its own process against the bed's stack file (host key
 pinned in it), with the bed's client key in a file. Drift is made by hand with the cases of
-tests/lifecycle/drifts.py; the scheduled-check units are taken from the README and given to systemd's verifier.
+tests/lifecycle/drifts.py; the scheduled-check units are taken from docs/operations.md and given to systemd's verifier.
 """
 
 from __future__ import annotations
@@ -280,11 +280,12 @@ def test_an_error_with_json_is_a_json_object_too(template, tmp_path, capsys, mon
     assert report["result"] == "error" and "--ssh-key FILE" in report["error"]
 
 
-# --- the README's scheduled check ----------------------------------------------------------------------------------------
+# --- the documented scheduled check --------------------------------------------------------------------------------------
 def readme_units() -> dict[str, str]:
-    """name -> text of each systemd unit in the README's `gpuhosts check` section (its first line names its path)."""
-    readme = (PROJECT / "README.md").read_text()
-    section = readme.split("### Checking a live host: `gpuhosts check`\n", 1)[1].split("\n### ", 1)[0]
+    """name -> text of each systemd unit in docs/operations.md's `gpuhosts check` section (its first line names its
+    path)."""
+    readme = (PROJECT / "docs" / "operations.md").read_text()
+    section = readme.split("## Checking a live host: `gpuhosts check`\n", 1)[1].split("\n## ", 1)[0]
     units = {}
     for block in re.findall(r"^```ini\n(.*?)^```$", section, re.M | re.S):
         first, _, body = block.partition("\n")
@@ -294,7 +295,7 @@ def readme_units() -> dict[str, str]:
 
 
 @pytest.mark.skipif(ANALYZE is None or not SYSTEM_UNITS.is_dir(), reason="systemd-analyze is not here")
-def test_the_readme_timer_and_service_pass_systemds_verifier(tmp_path):
+def test_the_documented_timer_and_service_pass_systemds_verifier(tmp_path):
     units = readme_units()
     assert set(units) == {"gpuhosts-check-kpro5.service", "gpuhosts-check-kpro5.timer"}
     service, timer = units["gpuhosts-check-kpro5.service"], units["gpuhosts-check-kpro5.timer"]

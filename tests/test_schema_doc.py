@@ -1,17 +1,26 @@
-"""The README's config reference is what the typed models say: regenerate it with
-`python -m gpuhosts.schema_doc --write` when a field, default or description changes."""
+"""The config reference (docs/config-reference.md) is what the typed models say, and the apply orders in docs/ are what
+the plans do: regenerate them with `python -m gpuhosts.schema_doc --write` when a field, default or description
+changes."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import PROJECT
-from gpuhosts.schema_doc import KINDS, rendered, table
+from gpuhosts.schema_doc import GENERATED_DOCS, KINDS, rendered, table
 
 
-def test_the_committed_config_reference_is_the_generated_one():
+@pytest.mark.parametrize("doc", GENERATED_DOCS)
+def test_the_committed_generated_blocks_are_the_generated_ones(doc):
+    text = (PROJECT / doc).read_text()
+    assert rendered(text, doc) == text, f"{doc} is stale: python -m gpuhosts.schema_doc --write"
+
+
+def test_the_readme_points_at_every_generated_document():
     readme = (PROJECT / "README.md").read_text()
-    assert rendered(readme) == readme, "README.md's config reference is stale: python -m gpuhosts.schema_doc --write"
+    assert "<!-- config reference" not in readme and "<!-- apply order" not in readme
+    for doc in GENERATED_DOCS:
+        assert f"]({doc})" in readme, doc
 
 
 def test_every_field_of_every_section_is_in_it():
@@ -119,13 +128,13 @@ def test_pulumi_yaml_declares_what_the_models_say_every_stack_has():
     assert yaml.safe_load((PROJECT / "Pulumi.yaml").read_text())["config"] == project_config()
 
 
-def test_the_readme_describes_the_kinds_of_units_in_the_order_the_plan_applies_them():
+def test_the_docs_describe_the_kinds_of_units_in_the_order_the_plan_applies_them():
     import re
 
-    from gpuhosts.schema_doc import ORDERED_STACKS, apply_order
+    from gpuhosts.schema_doc import ORDER_DOCS, ORDERED_STACKS, apply_order
 
-    readme = (PROJECT / "README.md").read_text()
     for stack in ORDERED_STACKS:
+        readme = (PROJECT / ORDER_DOCS[stack]).read_text()
         kinds = list(dict.fromkeys(re.findall(r"^\| \d+ \| `[^`]+` \| (\w+) \|", apply_order(stack), re.M)))
         # The prose that follows the stack's generated table describes each kind in bold, in its own order.
         after = readme.split(f"<!-- end of apply order: {stack} -->", 1)[1].split("\n#", 1)[0]
