@@ -65,6 +65,7 @@ FULL_TIER = {
     "lifecycle/test_drift.py": "every drift case shown and repaired over SSH",
     "lifecycle/test_decommission.py": "kpro6's destroy and a migration, over SSH",
     "lifecycle/test_renames.py": "renamed and re-nested units over SSH",
+    "lifecycle/test_aliases.py": "stacks converged with the flat layout, taken over by the typed tree, over SSH",
     "lifecycle/test_services.py::test_a_rotated_api_key_shows_as_a_change_of_the_services_that_read_it":
         "a second services converge",
     "test_lifecycle.py::test_a_failed_command_names_the_unit_and_shows_only_the_tail_of_its_output":
