@@ -95,6 +95,15 @@ def test_a_misspelt_namespace_is_an_error_naming_the_intended_key(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_each_warning_is_printed_once(tmp_path):
+    """The program logs the stack's warnings too, as `pulumi preview` shows them; under the plan they come once."""
+    result = plan("kpro5", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.strip()]
+    assert warnings and all(line.startswith("warning: ") for line in warnings), result.stderr
+    assert len(warnings) == len(set(warnings)) and sum("192.0.2.15 is a placeholder" in w for w in warnings) == 1
+
+
 def test_placeholders_are_named_in_the_warnings(tmp_path):
     result = plan("trainer", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
