@@ -25,7 +25,7 @@ from gpuhosts.compat_data import (
 from gpuhosts.config import NAMESPACE
 from gpuhosts.engines import driver_for
 from gpuhosts.hostside.drafter_config import DrafterFacts, check_drafter, parse_drafter_config
-from gpuhosts.services import Engine, ServiceConfig, SpecMethod
+from gpuhosts.services import ServiceConfig, SpecMethod
 
 __all__ = ["RULES_FILE", "EngineFacts", "Finding", "ModelFacts", "RuleFile", "Severity", "check_services",
            "check_training", "engine_facts", "errors", "load_rules", "model_facts", "version_key", "warnings"]
@@ -74,7 +74,7 @@ Hit = tuple[int, str]  # (service index, detail)
 def _engine_min_version(params: dict, ctx: Context) -> list[Hit]:
     hits = []
     for index, service in ctx.services:
-        if service.engine.name.value != params["engine"] or ctx.facts(service.model.repo).family != params["family"]:
+        if service.engine.name != params["engine"] or ctx.facts(service.model.repo).family != params["family"]:
             continue
         if version_key(service.engine.version) < version_key(params["minVersion"]):
             hits.append((index, f"{params['engine']} {service.engine.version} with {service.model.repo} "
@@ -82,10 +82,10 @@ def _engine_min_version(params: dict, ctx: Context) -> list[Hit]:
     return hits
 
 
-def _sglang_spec_on_gdn_hybrid(params: dict, ctx: Context) -> list[Hit]:
+def _spec_on_gdn_hybrid(params: dict, ctx: Context) -> list[Hit]:
     hits = []
     for index, service in ctx.services:
-        if (service.engine.name is not Engine.SGLANG or service.speculative.method is SpecMethod.NONE
+        if (service.engine.name != params["engine"] or service.speculative.method is SpecMethod.NONE
                 or not ctx.facts(service.model.repo).gdn_hybrid):
             continue
         driver = driver_for(service.engine)
@@ -110,24 +110,24 @@ def _sglang_spec_on_gdn_hybrid(params: dict, ctx: Context) -> list[Hit]:
     return hits
 
 
-def _vllm_fix_present(params: dict, ctx: Context) -> list[Hit]:
+def _fix_present(params: dict, ctx: Context) -> list[Hit]:
     hits = []
     for index, service in ctx.services:
-        if service.engine.name is not Engine.VLLM or service.speculative.method.value not in params["methods"]:
+        if service.engine.name != params["engine"] or service.speculative.method.value not in params["methods"]:
             continue
         engine = service.engine
         if driver_for(engine).contains(engine, params["pr"]):
             continue
-        hits.append((index, f"vllm {engine.version}{' + ' + engine.git_ref if engine.git_ref else ''} is not known to "
-                            f"contain PR {params['pr']}"))
+        build = engine.version + (f" + {engine.git_ref}" if engine.git_ref else "")
+        hits.append((index, f"{engine.name} {build} is not known to contain PR {params['pr']}"))
     return hits
 
 
-def _vllm_swa_drafter(params: dict, ctx: Context) -> list[Hit]:
+def _swa_drafter(params: dict, ctx: Context) -> list[Hit]:
     hits = []
     for index, service in ctx.services:
         drafter = service.speculative.drafter
-        if service.engine.name is not Engine.VLLM or drafter is None:
+        if service.engine.name != params["engine"] or drafter is None:
             continue
         sliding = drafter.sliding_window
         if drafter.repo in ctx.drafter_configs:
@@ -148,9 +148,9 @@ def _vllm_swa_drafter(params: dict, ctx: Context) -> list[Hit]:
         if has_fixes and env_ok:
             continue
         wanted = ", ".join(f"{k}={v}" for k, v in params["environment"].items())
-        why = (f"vllm {engine.version} has neither PR {params['buildPr']} nor PR "
+        why = (f"{engine.name} {engine.version} has neither PR {params['buildPr']} nor PR "
                f"{' and '.join(map(str, params['replacementPrs']))}") if not has_fixes else \
-            f"vllm {engine.version} has the replacement fix but runs without {wanted}"
+            f"{engine.name} {engine.version} has the replacement fix but runs without {wanted}"
         hits.append((index, f"drafter {drafter.repo} has sliding-window layers; {why}"))
     return hits
 
@@ -211,9 +211,9 @@ def _shared_gpus(params: dict, ctx: Context) -> list[Hit]:
 
 CHECKS: dict[str, Callable[[dict, Context], list[Hit]]] = {
     "engine_min_version": _engine_min_version,
-    "sglang_spec_on_gdn_hybrid": _sglang_spec_on_gdn_hybrid,
-    "vllm_fix_present": _vllm_fix_present,
-    "vllm_swa_drafter": _vllm_swa_drafter,
+    "spec_on_gdn_hybrid": _spec_on_gdn_hybrid,
+    "fix_present": _fix_present,
+    "swa_drafter": _swa_drafter,
     "drafter_target_layer_ids": _drafter_target_layer_ids,
     "tensor_parallel_within_gpus": _tensor_parallel_within_gpus,
     "shared_port": _shared_port,

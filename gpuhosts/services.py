@@ -1,9 +1,10 @@
 """Typed configuration of `gpuhosts:services`: inference engines served from a GPU container.
 
-Each entry names an engine (SGLang or vLLM) pinned to a release or a git ref, the model and its revision, the
-container's GPUs it runs on, where it listens, and its speculative decoding. Field rules live on the models; rules
-across entries and against the rest of the stack live in `_service_problems`. Rules that encode what a release of
-an engine can and cannot do are data (`gpuhosts/compat-rules.yaml`) and are checked by `gpuhosts.compat`.
+Each entry names an engine pinned to a release or a git ref, the model and its revision, the container's GPUs it
+runs on, where it listens, and its speculative decoding. Field rules live on the models; rules across entries and
+against the rest of the stack live in `_service_problems`. What an engine serves at all is its driver's to say
+(gpuhosts/engines/); rules that encode what a release of an engine can and cannot do are data
+(`gpuhosts/compat-rules.yaml`) and are checked by `gpuhosts.compat`.
 """
 
 from __future__ import annotations
@@ -29,12 +30,8 @@ SERVICE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
 RELEASE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc|\.post|\.dev)\d+)?$")
 GIT_REF = re.compile(r"^(?:refs/(?:pull/\d+/head|heads/[\w./-]+|tags/[\w./-]+)|[0-9a-f]{40})$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+ENGINE_NAME = r"^[a-z][a-z0-9_-]{0,39}$"
 SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
-
-
-class Engine(str, Enum):
-    SGLANG = "sglang"
-    VLLM = "vllm"
 
 
 class SpecMethod(str, Enum):
@@ -99,7 +96,10 @@ class PackageSpec(_Model):
 
 
 class EngineSpec(PackageSpec):
-    name: Engine = Field(description="`sglang` or `vllm`.")
+    # Which names have a driver, and what each engine serves, is the drivers' to say (gpuhosts/engines/
+    # `service_problems`, checked with the whole stack).
+    name: str = Field(pattern=ENGINE_NAME, description="The engine, by the name of its driver in gpuhosts/engines/ "
+                                                       "(e.g. `sglang`, `vllm`).")
 
 
 class ModelSpec(_Model):
@@ -229,14 +229,6 @@ class ServiceConfig(_Model):
         (), description="Services this one knowingly shares its port or GPUs with; at most one of them runs at a time."
     )
     gate: GateSpec = Field(GateSpec(), description="Post-deploy thresholds.")
-
-    @model_validator(mode="after")
-    def _engine_method(self) -> "ServiceConfig":
-        if self.speculative.method is SpecMethod.DFLASH and self.engine.name is not Engine.VLLM:
-            raise ValueError("speculative method dflash is served with engine vllm")
-        if self.mamba_scheduler_strategy is not None and self.engine.name is not Engine.SGLANG:
-            raise ValueError("mambaSchedulerStrategy is an SGLang setting; remove it for vllm")
-        return self
 
     @field_validator("bind")
     @classmethod

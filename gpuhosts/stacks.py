@@ -35,7 +35,7 @@ from gpuhosts.config import (
     stray_key_problems,
     validate_entries,
 )
-from gpuhosts.engines import driver_for
+from gpuhosts.engines import driver_for, service_problems
 from gpuhosts.fields import placeholder_digest, placeholder_url
 from gpuhosts.locks import lock_problem, lock_spec
 from gpuhosts.render import PROJECT_ROOT
@@ -81,6 +81,8 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     gpus = entries(GpuConfig, "gpus")
     containers = entries(ContainerConfig, "containers")
     services = validate_service_entries(raw.get("services"), problems)
+    problems += [Problem(path=f"{NAMESPACE}:services[{index}].{field}", message=why)
+                 for index, service in services for field, why in service_problems(service)]
     benchmarks = validate_benchmark_entries(raw.get("benchmarks"), problems)
     if not raw.get("gpus"):
         problems.append(Problem(path=f"{NAMESPACE}:gpus", message="declares no GPU; list the host's GPUs with their `use`"))

@@ -76,14 +76,14 @@ def argv_problems(words: list[str], table: dict, engine: str = "sglang") -> list
 
 def cases():
     for service in STACK.services:
-        engine = service.engine.name.value
+        engine = service.engine.name
         yield pytest.param(service, id=f"{service.name}-{service.engine.version}")
         yield pytest.param(bumped(service, NEWEST[engine]), id=f"{service.name}-{NEWEST[engine]}")
 
 
 @pytest.mark.parametrize("service", cases())
 def test_every_rendered_flag_is_one_the_release_parses(service):
-    engine, version = service.engine.name.value, service.engine.version
+    engine, version = service.engine.name, service.engine.version
     table = fixture(engine, version)
     argv = engine_args(service)
     assert argv_problems(flag_words(engine, argv), table["flags"], engine) == [], f"{engine} {version}: {argv}"
@@ -91,7 +91,7 @@ def test_every_rendered_flag_is_one_the_release_parses(service):
 
 @pytest.mark.parametrize("service", cases())
 def test_every_engine_variable_the_unit_sets_is_one_the_release_reads(service):
-    engine, version = service.engine.name.value, service.engine.version
+    engine, version = service.engine.name, service.engine.version
     known = set(fixture(engine, version)["environment"])
     ours = [k for k in engine_environment(service, STACK) if k.startswith(ENGINE_PREFIXES[engine])]
     assert [k for k in ours if k not in known] == []

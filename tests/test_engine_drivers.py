@@ -83,3 +83,30 @@ def test_every_engines_row_names_its_source_and_a_known_package():
 def test_an_unknown_engine_has_no_driver():
     with pytest.raises(ValueError, match="no driver for engine 'tgi'"):
         driver_for("tgi")
+
+
+class _Histogram(type(DRIVERS["vllm"])):
+    def acceptance_metrics(self):
+        return {"kind": "histogram", "length": "x"}
+
+
+def test_a_driver_naming_acceptance_metrics_the_gate_cannot_read_is_refused():
+    with pytest.raises(ValueError, match="none the gate reads: kind gauges with length, rate; kind counters"):
+        _Histogram().gate(bumped(1, "0.26.0"))
+
+
+def test_the_gate_reads_each_drivers_own_kind_of_metrics():
+    assert DRIVERS["sglang"].gate(bumped(0, "0.5.11"))["acceptance"]["kind"] == "gauges"
+    assert DRIVERS["vllm"].gate(bumped(1, "0.26.0"))["acceptance"]["kind"] == "counters"
+
+
+def test_a_driver_may_name_the_reasoning_field_every_release_shares():
+    class Agreeing(type(DRIVERS["vllm"])):
+        reasoning_field = "reasoning"
+
+    assert Agreeing().gate(bumped(1, "0.10.0"))["reasoning_field"] == "reasoning"
+
+
+def test_only_sglang_ships_a_launcher():
+    assert [f.path for f in DRIVERS["sglang"].shipped()] == ["/usr/local/lib/gpuhosts/sglang-serve.py"]
+    assert DRIVERS["vllm"].shipped() == ()

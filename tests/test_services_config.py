@@ -7,17 +7,17 @@ import pytest
 from conftest import KPRO5_SECRETS
 from gpuhosts.config import ConfigError
 from gpuhosts.stacks import validate_stack
-from gpuhosts.services import Engine, SpecMethod, referenced_secrets, validate_services
+from gpuhosts.services import SpecMethod, referenced_secrets, validate_services
 from services_data import example, kpro5_services, kpro5_stack
 
 
 def test_kpro5_declares_sglang_mtp_enabled_and_vllm_dflash_on_another_port():
     sglang, vllm = kpro5_services()
-    assert (sglang.engine.name, sglang.engine.version, sglang.enabled) == (Engine.SGLANG, "0.5.11", True)
+    assert (sglang.engine.name, sglang.engine.version, sglang.enabled) == ("sglang", "0.5.11", True)
     spec = sglang.speculative
     assert (spec.method, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (SpecMethod.MTP, 3, 1, 4)
     assert sglang.tensor_parallel_size == 2 and sglang.gpus == ("0000:41:00.0", "0000:61:00.0")
-    assert vllm.engine.name is Engine.VLLM and vllm.speculative.method is SpecMethod.DFLASH
+    assert vllm.engine.name == "vllm" and vllm.speculative.method is SpecMethod.DFLASH
     assert vllm.speculative.drafter.repo == "z-lab/Qwen3.6-27B-DFlash" and vllm.speculative.drafter.gated
     assert vllm.port != sglang.port and not vllm.enabled and vllm.shares_with == ("qwen-sglang",)
 
@@ -39,7 +39,8 @@ def entry(raw, index=0):
 
 BAD = [
     # (case, mutation, path the message names, words the message contains)
-    ("unknown engine", lambda r: entry(r)["engine"].update(name="tgi"), "gpuhosts:services[0].engine.name", "'sglang' or 'vllm'"),
+    ("engine not a name", lambda r: entry(r)["engine"].update(name="TGI 2"), "gpuhosts:services[0].engine.name",
+     "should match pattern"),
     ("version as a YAML number", lambda r: entry(r)["engine"].update(version=0.5), "gpuhosts:services[0].engine.version",
      "quote it"),
     ("version not exact", lambda r: entry(r)["engine"].update(version="0.5"), "gpuhosts:services[0].engine.version",
@@ -62,8 +63,6 @@ BAD = [
      "gpuhosts:services[0].speculative", "no separate drafter"),
     ("draft tokens beyond the tree", lambda r: entry(r)["speculative"].update(numDraftTokens=8),
      "gpuhosts:services[0].speculative", "numSteps × eagleTopk + 1"),
-    ("dflash on sglang", lambda r: entry(r, 1)["engine"].update(name="sglang", version="0.5.11"), "gpuhosts:services[1]",
-     "served with engine vllm"),
     ("API key not a secret", lambda r: entry(r).update(apiKeySecret="apiKey"), "gpuhosts:services[0].apiKeySecret",
      "pulumi config set --secret gpuhosts:apiKey"),
     ("API key on the command line", lambda r: entry(r).update(extraArgs=["--api-key=abc"]),
@@ -120,6 +119,13 @@ def with_store(values: dict) -> None:
 
 
 STACK_BAD = [
+    # What an engine serves at all is its driver's: checked with the stack, where the drivers are known.
+    ("unknown engine", lambda v: stack_entry(v)["engine"].update(name="tgi"), "gpuhosts:services[0].engine.name",
+     "no driver for engine 'tgi'; known: sglang, vllm"),
+    ("dflash on sglang", lambda v: stack_entry(v, 1)["engine"].update(name="sglang", version="0.5.11"),
+     "gpuhosts:services[1].speculative.method", "dflash is not served by sglang; use engine vllm"),
+    ("an SGLang setting for vllm", lambda v: stack_entry(v, 1).update(mambaSchedulerStrategy="extra_buffer"),
+     "gpuhosts:services[1].mambaSchedulerStrategy", "is a setting of sglang, not of vllm; remove it"),
     ("weights on host without a store", lambda v: stack_entry(v).update(weightsOn="host"),
      "gpuhosts:services[0].weightsOn", "has no modelStore"),
     ("weights on host outside the store", lambda v: (with_store(v), stack_entry(v).update(weightsOn="host"),

@@ -9,7 +9,11 @@ from gpuhosts.compat_data import EngineFacts, ModelFacts, engine_facts, model_fa
 from gpuhosts.envspec import EngineInstall, EnvSpec
 from gpuhosts.hostside.gate_probe import ACCEPTANCE_KINDS
 from gpuhosts.render import HostFile, render
-from gpuhosts.services import EngineSpec, ServiceConfig
+from gpuhosts.services import EngineSpec, ServiceConfig, SpecMethod
+
+
+# Settings of a service that only some engines read (field: stack name); a driver lists those it reads (`settings`).
+ENGINE_SETTINGS = {"mamba_scheduler_strategy": "mambaSchedulerStrategy"}
 
 
 def number(value: float) -> str:
@@ -39,6 +43,12 @@ class EngineDriver:
     key_variable: str
     # (path, template) of each script the engine is started through, installed beside its unit.
     launchers: tuple[tuple[str, str], ...] = ()
+    # The speculative methods the engine serves, and which of ENGINE_SETTINGS it reads.
+    methods: frozenset[SpecMethod] = frozenset()
+    settings: frozenset[str] = frozenset()
+    # The response field of thinking text, where every release the driver supports agrees; else the compatibility
+    # data's rows name it per release.
+    reasoning_field: str | None = None
 
     def facts(self, engine: EngineSpec) -> EngineFacts:
         return engine_facts(self.package, engine.version)
@@ -92,14 +102,15 @@ class EngineDriver:
     def gate(self, service: ServiceConfig) -> dict[str, Any]:
         """What the deploy gate reads from this engine: the reasoning field and how acceptance is measured."""
         facts = self.facts(service.engine)
-        if facts.reasoning_field is None:
+        reasoning_field = facts.reasoning_field or self.reasoning_field
+        if reasoning_field is None:
             raise ValueError(f"the compatibility data names no reasoning field for {self.name} {service.engine.version}")
         metrics = self.acceptance_metrics()
         wanted = ACCEPTANCE_KINDS.get(metrics.get("kind"))
         if wanted is None or set(metrics) != {"kind", *wanted}:
             raise ValueError(f"the {self.name} driver's acceptance metrics {metrics} are none the gate reads: "
                              + "; ".join(f"kind {k} with {', '.join(v)}" for k, v in ACCEPTANCE_KINDS.items()))
-        return {"reasoning_field": facts.reasoning_field, "acceptance": metrics}
+        return {"reasoning_field": reasoning_field, "acceptance": metrics}
 
     def acceptance_metrics(self) -> dict[str, str]:
         """Which of the engine's Prometheus metrics the gate and the bake-off read, and as what kind (the gate's

@@ -21,6 +21,8 @@ class SGLangDriver(EngineDriver):
     repository = "https://github.com/sgl-project/sglang"
     key_variable = "GPUHOSTS_API_KEY"
     launchers = ((LAUNCHER, "inference_service/sglang-serve.py.j2"),)
+    methods = frozenset(ALGORITHMS)
+    settings = frozenset({"mamba_scheduler_strategy"})
 
     def argv(self, service: ServiceConfig, install: EnvSpec) -> list[str]:
         flags = Flags(self.facts(service.engine))

@@ -17,6 +17,7 @@ class VllmDriver(EngineDriver):
     package = "vllm"
     repository = "https://github.com/vllm-project/vllm"
     key_variable = "VLLM_API_KEY"
+    methods = frozenset({SpecMethod.DFLASH, SpecMethod.EAGLE3, SpecMethod.MTP})
 
     def argv(self, service: ServiceConfig, install: EnvSpec) -> list[str]:
         flags = Flags(self.facts(service.engine))

@@ -71,7 +71,7 @@ def run_settings(bench: BenchmarkConfig, service: ServiceConfig) -> dict[str, An
     gate = gate_settings(service)
     prompts = bench.prompts
     return {
-        "service": service.name, "engine": service.engine.name.value, "method": service.speculative.method.value,
+        "service": service.name, "engine": service.engine.name, "method": service.speculative.method.value,
         "base_url": gate["base_url"], "model": gate["model"], "reasoning_field": gate["reasoning_field"],
         "acceptance_metrics": gate["acceptance_metrics"], "speculative": gate["speculative"],
         "ready_timeout_s": bench.ready_timeout_s, "max_tokens": prompts.max_tokens,
@@ -138,7 +138,7 @@ def plan_benchmark(bench: BenchmarkConfig, config: StackConfig, service_units: d
     gpus = {address for s in compared for address in s.gpus}
     runs = []
     for service in compared:
-        runs.append({"service": service.name, "unit": service.unit_name, "engine": service.engine.name.value,
+        runs.append({"service": service.name, "unit": service.unit_name, "engine": service.engine.name,
                      "method": service.speculative.method.value,
                      "stop": [o.unit_name for o in overlapping(container_services, set(service.gpus)) if o is not service],
                      "client": client_command(bench, service, "run")})

@@ -30,7 +30,7 @@ def gate_settings(service: ServiceConfig, driver: EngineDriver | None = None) ->
         "acceptance_metrics": engine["acceptance"],
         "base_url": f"http://{host}:{service.port}",
         "model": service.model_name,
-        "engine": service.engine.name.value,
+        "engine": service.engine.name,
         "speculative": service.speculative.method.value != "none",
         "min_acceptance_length": gate.min_acceptance_length,
         "min_acceptance_rate": gate.min_acceptance_rate,

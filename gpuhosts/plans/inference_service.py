@@ -109,7 +109,7 @@ def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tu
     model_dirs = [service.model.path] + ([service.speculative.drafter.path] if service.speculative.drafter else [])
     unit = service_key(service)
     secret = service.api_key_secret
-    values = dict(unit=unit, vmid=service.container, service=service, venv=venv_path(service), files=installed,
+    values = dict(unit=unit, vmid=service.container, service=service, program=files.argv[0], files=installed,
                   restart_on=[f.path for f in installed if f is not gate_script], model_dirs=model_dirs,
                   env_file=environment_file(service), key_variable=secret_variable(service, driver),
                   own_files=[files.unit.path] + ([environment_file(service)] if secret else []),

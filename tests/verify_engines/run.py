@@ -80,7 +80,7 @@ def service_invocation(service, stack) -> dict:
 
     files = render_service(service, stack)
     models = [service.model.path] + ([service.speculative.drafter.path] if service.speculative.drafter else [])
-    return {"name": f"{service.name}@{service.engine.version}", "package": service.engine.name.value,
+    return {"name": f"{service.name}@{service.engine.version}", "package": service.engine.name,
             "version": service.engine.version, "program": engine_args(service)[0], "argv": engine_args(service),
             "environment": engine_environment(service, stack), "models": models,
             "drafter": service.speculative.drafter.path if service.speculative.drafter else None,
@@ -116,9 +116,9 @@ def targets() -> list[Target]:
 
     for bump in (False, True):
         for service in proxmox.services:
-            version = newest[service.engine.name.value] if bump else service.engine.version
+            version = newest[service.engine.name] if bump else service.engine.version
             typed = bumped_service(service, version) if bump else service
-            target(typed.engine.name.value, version, typed.python).invocations.append(service_invocation(typed, proxmox))
+            target(typed.engine.name, version, typed.python).invocations.append(service_invocation(typed, proxmox))
         spec_version = newest["speculators"] if bump else trainer.training.speculators.version
         spec_target = target("speculators", spec_version, trainer.training.python)
         invocations = trainer_invocations(trainer, spec_version if bump else None)

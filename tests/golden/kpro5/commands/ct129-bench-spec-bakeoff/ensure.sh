@@ -4,7 +4,7 @@
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=671ec7d2301e0276fb90a3eb5dfea463
+inputs=c261545eaf6dbcc6902e1d7ab9109899
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true

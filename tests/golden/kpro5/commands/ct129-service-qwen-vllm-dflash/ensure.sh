@@ -20,10 +20,10 @@ script="$(cat <<'GPUHOSTS_INNER'
 # Inside container 129: the systemd unit of service qwen-vllm-dflash (installed stopped).
 unit_name=gpuhosts-qwen-vllm-dflash.service
 enabled=false
-venv=/opt/gpuhosts/qwen-vllm-dflash/venv
+program=/opt/gpuhosts/qwen-vllm-dflash/venv/bin/vllm
 restart=0
 
-[ -x "$root$venv/bin/python" ] || refuse "$venv is missing; the service's Python environment comes first"
+[ -x "$root$program" ] || refuse "$program is missing; the service's engine install comes first"
 model_dirs=(/srv/models/Qwen3.6-27B /srv/models/Qwen3.6-27B-DFlash)
 for dir in "${model_dirs[@]}"; do
   [ -f "$root$dir/.gpuhosts-download" ] || refuse "$dir is not downloaded completely; its download comes first"
