@@ -36,7 +36,7 @@ TIMED_PROMPT = ("Write a Python function that returns the first n prime numbers,
 class GateSettings:
     base_url: str
     model: str
-    engine: str  # sglang | vllm, for the report
+    engine: str  # the engine's name, for the report
     speculative: bool
     reasoning_field: str
     acceptance_metrics: dict[str, str]

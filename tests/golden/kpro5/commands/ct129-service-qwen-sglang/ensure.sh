@@ -41,7 +41,7 @@ install_file /usr/local/lib/gpuhosts/sglang-serve.py 0755 <<'GPUHOSTS_EOF'
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:a9a02a940341954b]
+# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:7f1c3468c7cb4676]
 GPUHOSTS_EOF
 }
 with_lock services install_service_files
