@@ -15,6 +15,8 @@ from gpuhosts.plan import SECRET, SECRET_PLACEHOLDER, is_host_unit, read_stack_f
 from gpuhosts.provider import secret_digest
 from gpuhosts.stacks import validate_trainer_stack
 
+# The waits a reviewer relies on, per unit of the committed kpro5 stack; the units themselves come from the plan,
+# so a unit the plan adds needs no entry here (its waits are then checked against its needs alone).
 UNITS = {
     # unit (the resource's name): (kind, the units it waits for)
     "vfio-binding": ("VfioBinding", []),
@@ -131,11 +133,13 @@ def test_the_components_users_read_offer_typed_outputs(run):
 
 def test_units_their_kinds_and_what_each_waits_for(run):
     units = host_units(run)
-    assert sorted(units) == sorted(UNITS)
+    graph = plan_host(validate_stack(kpro5_values(benchmarks=True), KPRO5_SECRETS))
+    assert sorted(units) == sorted(graph.units)
+    for name, unit in units.items():
+        assert (unit.inputs["unit"], unit.inputs["kind"]) == (name, graph[name].kind), unit.urn
+        assert unit.dependencies == sorted(units[w].urn for w in graph[name].needs), unit.urn
     for name, (kind, waits) in UNITS.items():
-        unit = units[name]
-        assert (unit.inputs["unit"], unit.inputs["kind"]) == (name, kind), unit.urn
-        assert unit.dependencies == sorted(units[w].urn for w in waits), unit.urn
+        assert (graph[name].kind, sorted(graph[name].needs)) == (kind, sorted(waits)), name
 
 
 def test_every_unit_carries_its_scripts_and_the_facts_the_plan_desires(run):
@@ -190,7 +194,8 @@ def test_allow_reboot_adds_one_reboot_unit_between_the_host_units_and_the_contai
     assert reboot.dependencies == sorted([units["vfio-binding"].urn, units["nvidia-driver"].urn])
     assert units["nvidia-uvm-at-boot"].dependencies == [reboot.urn]
     assert reboot.inputs["facts"] == {"reboot pending": "no"}
-    assert sorted(units) == sorted([*UNITS, "reboot"])
+    graph = plan_host(validate_stack(kpro5_values(benchmarks=True), KPRO5_SECRETS))
+    assert sorted(units) == sorted([*graph.units, "reboot"])
 
 
 def test_invalid_config_stops_the_program_before_any_resource():
@@ -230,6 +235,7 @@ def test_an_api_key_set_without_secret_stops_the_program():
     assert "sk-plain-program-key" not in str(caught.value)
 
 
+# The waits a reviewer relies on, per unit of the committed trainer stack (the units come from the plan).
 TRAINER_UNITS = {
     # unit: what it waits for
     "preflight": [],
@@ -256,11 +262,13 @@ def test_the_trainer_stack_runs_under_mocks():
     node = by_name(run, "trainer", "gpuhosts:training:TrainingNode")
     assert node.parent.endswith("pulumi:pulumi:Stack::gpuhosts-trainer")
     units = host_units(run)
-    assert sorted(units) == sorted(TRAINER_UNITS)
     graph = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS)).graph
+    assert sorted(units) == sorted(graph.units)
     assert_tree(run, graph, node, "training")
     for name, waits in TRAINER_UNITS.items():
-        assert units[name].dependencies == sorted(units[w].urn for w in waits), name
+        assert sorted(graph[name].needs) == sorted(waits), name
+    for name in graph.units:
+        assert units[name].dependencies == sorted(units[w].urn for w in graph[name].needs), name
         assert units[name].inputs["facts"] == graph[name].desired, name
         assert set(units[name].inputs["host"]) == {"address", "port", "user", "hostKey"}, name
         assert units[name].inputs.get("secret") == (SECRET if name == "model-qwen3-6-27b-dflash" else None), name

@@ -15,9 +15,19 @@ from engine_standin import Engine as EngineStandin, start_engine
 from sshhost import free_port
 from sshhost.bed import SECRETS, Bed, names
 
-SERVICE_UNITS = ["ct129-env-qwen-sglang", "ct129-env-qwen-vllm-dflash", "ct129-model-qwen3-6-27b",
-                 "ct129-model-qwen3-6-27b-dflash", "ct129-service-qwen-vllm-dflash", "ct129-service-qwen-sglang",
-                 "ct129-gate-qwen-sglang"]
+
+
+def service_units(values: dict) -> list[str]:
+    """The units the services add to the host's own, read from the plan."""
+    from gpuhosts.plans.proxmox_host import plan_host
+    from gpuhosts.stacks import validate_stack
+
+    secrets = {"sshPrivateKey", *SECRETS}
+    host_only = {k: v for k, v in values.items() if k != "services"}
+    return sorted(set(plan_host(validate_stack(values, secrets)).units)
+                  - set(plan_host(validate_stack(host_only, secrets)).units))
+
+
 KEY_FILES = ("var/lib/lxc/129/rootfs/etc/gpuhosts/qwen-sglang.env",
              "var/lib/lxc/129/rootfs/etc/gpuhosts/qwen-vllm-dflash.env")
 
@@ -60,7 +70,7 @@ def test_up_again_and_destroy_with_services(bed, ports, engine):
     plan = bed.plan(values)
     first = bed.up(values)
     created = names(first, "create")
-    assert set(SERVICE_UNITS) <= set(created) and created[-1] == "ct129-gate-qwen-sglang", created
+    assert set(service_units(values)) <= set(created) and created[-1] == "ct129-gate-qwen-sglang", created
     # The downloads did not wait for the engines' environments: both ran in the same wave as them.
     state = {e["name"]: e for e in bed.engine.state().values()}
     env_urn = next(u for u, e in bed.engine.state().items() if e["name"] == "ct129-env-qwen-sglang")
@@ -85,7 +95,7 @@ def test_up_again_and_destroy_with_services(bed, ports, engine):
     stored = bed.engine.state()
     gone = names(bed.destroy())
     assert gone[:2] == ["ct129-gate-qwen-sglang", "ct129-service-qwen-sglang"]
-    assert set(SERVICE_UNITS) <= set(gone)
+    assert set(service_units(values)) <= set(gone)
     position = {name: index for index, name in enumerate(gone)}
     for entry in stored.values():
         for dependency in entry["dependencies"]:

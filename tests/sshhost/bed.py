@@ -69,6 +69,23 @@ def stack_document() -> dict[str, Any]:
     return yaml.safe_load((PROJECT / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
 
 
+def host_values() -> dict[str, Any]:
+    """The committed kpro5 stack's host side, as a bed converges it: without its services and bake-off."""
+    config = stack_document()["config"]
+    values = {k.split(":", 1)[1]: copy.deepcopy(v) for k, v in config.items() if k.startswith("gpuhosts:")}
+    values.pop("services")
+    values.pop("benchmarks", None)  # a benchmark compares services: none without them
+    return values
+
+
+def host_unit_order() -> list[str]:
+    """The host side's units in the plan's apply order, read from the plan, never written down."""
+    from gpuhosts.plans.proxmox_host import plan_host
+    from gpuhosts.stacks import validate_stack
+
+    return [unit.key for unit in plan_host(validate_stack(host_values(), {"sshPrivateKey"})).apply_order]
+
+
 def moved_to_vfio(values: dict[str, Any]) -> dict[str, Any]:
     """The change: the second RTX A6000 leaves CT 129 for VMs."""
     values = copy.deepcopy(values)
@@ -140,14 +157,11 @@ class Bed(HostView):
     # --- the stack ------------------------------------------------------------------------------------------------
     def values(self) -> dict[str, Any]:
         """The kpro5 stack's values, aimed at this host: its sshd, its pinned key, the fake `.run`."""
-        config = stack_document()["config"]
-        values = {k.split(":", 1)[1]: copy.deepcopy(v) for k, v in config.items() if k.startswith("gpuhosts:")}
+        values = host_values()
         values["host"]["ssh"].update(host=self.ssh.host, port=self.ssh.port, user=self.ssh.user,
                                      hostKey=self.ssh.host_key)
         values["nvidia"].update(url=f"file://{self.run_file}", sha256=self.sha256)
         # The host's own units; services_values() adds the container's services.
-        values.pop("services")
-        values.pop("benchmarks", None)  # a benchmark compares services: none without them
         return values
 
     def services_values(self, sglang_port: int, vllm_port: int) -> dict[str, Any]:

@@ -10,9 +10,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sshhost.bed import Bed, names
+from sshhost.bed import Bed, host_unit_order, names
 
-ORDER = ["vfio-binding", "nvidia-driver", "nvidia-uvm-at-boot", "ct129-gpu-devices", "ct129-nvidia-userspace"]
+ORDER = host_unit_order()
 # host: the host's side of the connection dies with its command; client: the connection's sshd process is
 # killed, and the command runs on at the host until it next writes to the closed connection.
 DROPS = ("host", "client")
