@@ -192,10 +192,10 @@ def secrets_found(host: Host, texts: list[str]) -> list[str]:
 
 def test_up_builds_envs_downloads_units_and_passes_the_gate(host, engine):
     outputs = host.up()
-    assert list(outputs) == [
-        "ct129-env-qwen-sglang", "ct129-env-qwen-vllm-dflash", "ct129-model-qwen3-6-27b",
-        "ct129-model-qwen3-6-27b-dflash", "ct129-service-qwen-vllm-dflash",
-        "ct129-service-qwen-sglang", "ct129-gate-qwen-sglang"]
+    order = list(outputs)
+    # The stopped vLLM service lets go of the shared GPUs before SGLang starts; the gate measures last.
+    assert order.index("ct129-service-qwen-vllm-dflash") < order.index("ct129-service-qwen-sglang"), order
+    assert order[-1] == "ct129-gate-qwen-sglang" and order[0].startswith("ct129-env-"), order
     assert all(parse_result(out).changed for key, out in outputs.items() if "-gate-" not in key), outputs
     assert host.ct("/opt/gpuhosts/.uv/bin/uv").exists()
     for name in ("qwen-sglang", "qwen-vllm-dflash"):
