@@ -7,11 +7,14 @@ delete); the checks read the host. Drift, renames and faults are in tests/lifecy
 
 from __future__ import annotations
 
+import base64
+import pickle
 import subprocess
 
+import dill
 import pytest
 
-from engine import ApplyError
+from engine import PROVIDER_KEY, ApplyError
 from fakehost.tree import tree_digest
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.protocol import parse_result
@@ -89,7 +92,8 @@ def test_up_again_runs_nothing_and_every_ensure_script_changes_nothing(template,
     preview = converged.preview(program=program)
     assert preview.changed() == {} and preview.refreshed == {}
     ops = converged.up(program=program)
-    assert names(ops) == [] and sorted(op.name for op in ops) == sorted(order_of(converged))  # the refresh's reads
+    # Only reads: each unit's in the preview's refresh and again in the update's (tests/engine `up`).
+    assert names(ops) == [] and sorted(op.name for op in ops) == sorted(order_of(converged) * 2)
 
     # By hand, over SSH, as an operator would run them.
     for name, script in converged.ensure_scripts(program):
@@ -97,6 +101,25 @@ def test_up_again_runs_nothing_and_every_ensure_script_changes_nothing(template,
         assert result.returncode == 0, f"{name}:\n{result.stdout}{result.stderr}"
         assert parse_result(result.stdout).changed is False, f"{name}:\n{result.stdout}"
     assert converged.digest() == after
+
+
+def test_the_pickled_provider_is_an_input_stable_across_program_runs_and_a_change_of_it_updates_every_unit(converged):
+    """The engine diffs `__provider` like any input (tests/engine `property_diff`): two runs of today's program
+    pickle the same provider, so nothing shows; a provider pickled otherwise (here another pickle protocol, as a
+    Python or dill upgrade may bring) is an update of every unit, naming only that input."""
+    first, second = converged.program(), converged.program()
+    pickled = {r["inputs"][PROVIDER_KEY] for r in first + second if PROVIDER_KEY in r["inputs"]}
+    assert len(pickled) == 1, "two runs of the program pickled the provider differently"
+    assert converged.preview(program=second).changed() == {}
+
+    provider = dill.loads(base64.b64decode(pickled.pop()))
+    protocol = 5 if pickle.DEFAULT_PROTOCOL != 5 else 4
+    repickled = base64.b64encode(dill.dumps(provider, protocol=protocol, recurse=True)).decode()
+    changed_program = [{**r, "inputs": {**r["inputs"], PROVIDER_KEY: repickled}} if PROVIDER_KEY in r["inputs"] else r
+                       for r in second]
+    changes = converged.preview(program=changed_program).changed()
+    assert sorted(changes) == sorted(order_of(converged)), sorted(changes)
+    assert all(change.operation == "update" and change.diffs == [PROVIDER_KEY] for change in changes.values()), changes
 
 
 def test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands(converged):

@@ -8,14 +8,24 @@ and is spoken to over gRPC: Configure, Check, Diff, Create, Read, Update, Delete
 * Configure gets every stack config key as `namespace:key`, secrets decrypted (pkg/resource/deploy/target.go
   `GetPackageConfig`; the Python server unwraps them: sdk/python/lib/pulumi/dynamic/__main__.py `Configure`);
 * `refresh` (Pulumi.yaml `options.refresh: always`) reads every resource in the state before the program's
-  diff; Read's `inputs` replace the stored inputs (pkg/resource/deploy/step.go `RefreshStep.Apply`);
+  diff, only the targets under `--target` (pkg/resource/deploy/deployment_executor.go `refresh`: "If they did
+  provider --target's then only create refresh steps for those specific targets"); Read's `inputs` replace the
+  stored inputs (pkg/resource/deploy/step.go `RefreshStep.Apply`);
+* `pulumi up` and `pulumi destroy` preview first and then run the update, each a deployment of its own with its
+  own provider processes (pkg/backend/apply.go `PreviewThenPromptThenExecute`, unless `--skip-preview`;
+  pkg/engine/deployment.go `newDeployment` makes a plugin context per deployment), so under `refresh: always`
+  every unit is read twice: in the preview, whose refresh is never saved, and in the update; `destroy` refreshes
+  too (pkg/cmd/pulumi/operations/destroy.go passes `getRefreshOption` as for `up`; `--refresh=false` turns it
+  off);
 * a resource whose URN is not in the state but one of whose aliases is takes over that entry, under its new URN,
   type and parent; an old entry two resources claim is an error (pkg/resource/deploy/step_generator.go
   `generateSteps`: the olds are looked up by the URN, then by each alias in turn, and `sg.aliased` records the
   claim, so the aliased entry is no delete);
 * each resource is Checked, then Diffed; the Python server answers DIFF_UNKNOWN for an empty DiffResult, and the
   engine then compares the stored inputs with the checked new ones, naming each changed leaf
-  (pkg/resource/deploy/step_generator.go `diffResource`);
+  (pkg/resource/deploy/step_generator.go `diffResource`: `oldInputs.Diff(new)` over every key), the pickled
+  provider `__provider` as any other (the server puts it into Check's inputs: sdk/python/lib/pulumi/dynamic/
+  __main__.py `Check`), so a provider that pickles differently is an update of every unit;
 * creates and updates run as soon as what a resource depends on is done, at most `parallel` at once, by default
   GOMAXPROCS × 4 (pkg/cmd/pulumi/operations/up.go `defaultParallel`); the Python server itself serves 4 calls
   at a time (`futures.ThreadPoolExecutor(max_workers=4)`);
@@ -32,6 +42,7 @@ per dial (`gpuhosts-ssh: …`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -107,8 +118,6 @@ def property_diff(old: Any, new: Any, path: str = "") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         found: list[str] = []
         for key in sorted(set(old) | set(new)):
-            if key == PROVIDER_KEY and path == "":
-                continue
             step = (f"{path}.{key}" if path else key) if IDENTIFIER.match(key) else f'{path}["{key}"]'
             found += property_diff(old.get(key), new.get(key), step)
         return found
@@ -239,8 +248,10 @@ class Engine:
         self.state_file.unlink(missing_ok=True)
 
     # --- operations ------------------------------------------------------------------------------------------------
-    def refresh(self, stored: dict[str, dict[str, Any]] | None = None) -> dict[str, list[str]]:
-        """Read every host unit in the state; stored inputs and outputs become what Read returned."""
+    def refresh(self, stored: dict[str, dict[str, Any]] | None = None,
+                targets: list[str] | None = None) -> dict[str, list[str]]:
+        """Read every host unit in the state (`targets`: only those); stored inputs and outputs become what Read
+        returned."""
         own = stored is None
         if own:
             self._start()
@@ -265,7 +276,8 @@ class Engine:
                     changed[entry["name"]] = diffs
                 entry.update(outputs=outputs, inputs=inputs)
 
-            urns = [urn for urn, entry in stored.items() if is_host_unit(entry)]
+            urns = [urn for urn, entry in stored.items() if is_host_unit(entry)
+                    and (targets is None or entry["name"] in targets)]
             self._parallel_map(read, urns)
             if own:
                 self._save(stored)
@@ -274,11 +286,14 @@ class Engine:
             if own:
                 self._stop()
 
-    def preview(self, program: list[dict[str, Any]], refresh: bool = True) -> Preview:
+    def preview(self, program: list[dict[str, Any]], refresh: bool = True,
+                targets: list[str] | None = None) -> Preview:
+        """`pulumi preview`: the refresh and the steps, in a provider process of its own; nothing is saved."""
+        self._check_targets(program, targets)
         self._start()
         try:
             stored = self.state()
-            refreshed = self.refresh(stored) if refresh else {}
+            refreshed = self.refresh(stored, targets) if refresh else {}
             adopt_aliased(program, stored)
             steps = self._steps(program, stored)
             return Preview(by_name(program, stored, {urn: change for urn, (change, _checked) in steps.items()}),
@@ -287,14 +302,24 @@ class Engine:
             self._stop()
 
     def up(self, program: list[dict[str, Any]], refresh: bool = True, targets: list[str] | None = None,
-           replace: list[str] = ()) -> list[Op]:
-        """`pulumi up`; `targets`: `--target` (only those), `replace`: `--replace` (those replaced, create first)."""
-        self._start()
+           replace: list[str] = (), skip_preview: bool = False) -> list[Op]:
+        """`pulumi up --yes`: its preview, then the update; `targets`: `--target` (only those, refreshed and
+        applied), `replace`: `--replace` (those replaced, create first), `skip_preview`: `--skip-preview`. The ops
+        are the preview's reads and the update's."""
+        self._check_targets(program, targets)
         first = len(self.ops)
+        with self._this_run(first):
+            if not skip_preview:
+                self.preview(program, refresh=refresh, targets=targets)
+            return self._update(program, refresh, targets, replace, first)
+
+    def _update(self, program: list[dict[str, Any]], refresh: bool, targets: list[str] | None, replace: list[str],
+                first: int) -> list[Op]:
+        self._start()
         try:
             stored = self.state()
             if refresh:
-                self.refresh(stored)
+                self.refresh(stored, targets)
                 self._save(stored)
             adopt_aliased(program, stored)
             steps = self._steps(program, stored)
@@ -303,10 +328,6 @@ class Engine:
                 change, checked = steps[urn_of[name]]
                 steps[urn_of[name]] = (Change("replace", ["--replace"]), checked)
             wanted = {r["urn"]: r for r in program}
-            if targets is not None:
-                unknown = set(targets) - {r["name"] for r in program}
-                if unknown:
-                    raise ValueError(f"no such resource in the program: {sorted(unknown)}")
             replaced: dict[str, dict[str, Any]] = {}
             errors: list[str] = []
 
@@ -359,16 +380,44 @@ class Engine:
         finally:
             self._stop()
 
-    def destroy(self, continue_on_error: bool = False) -> list[Op]:
-        self._start()
+    def destroy(self, refresh: bool = True, continue_on_error: bool = False, skip_preview: bool = False) -> list[Op]:
+        """`pulumi destroy --yes`: its preview (the refresh, never saved), then the refresh and the deletes;
+        refresh=False is `--refresh=false`, the deletes planned from the state alone."""
         first = len(self.ops)
+        with self._this_run(first):
+            if refresh and not skip_preview:
+                # The preview of a destroy plans a delete per resource; only its refresh touches the host.
+                self._start()
+                try:
+                    self.refresh(self.state())
+                finally:
+                    self._stop()
+            self._start()
+            try:
+                stored = self.state()
+                if refresh:
+                    self.refresh(stored)
+                    self._save(stored)
+                self._delete_all(dict(stored), stored, continue_on_error=continue_on_error)
+                self._save(stored)
+                return self.ops[first:]
+            finally:
+                self._stop()
+
+    @contextlib.contextmanager
+    def _this_run(self, first: int):
+        """An error of this command carries its own ops (from its preview on), not the engine's earlier ones."""
         try:
-            stored = self.state()
-            self._delete_all(dict(stored), stored, continue_on_error=continue_on_error)
-            self._save(stored)
-            return self.ops[first:]
-        finally:
-            self._stop()
+            yield
+        except ApplyError as error:
+            raise ApplyError(str(error), self.ops[first:]) from None
+
+    @staticmethod
+    def _check_targets(program: list[dict[str, Any]], targets: list[str] | None) -> None:
+        if targets is not None:
+            unknown = set(targets) - {r["name"] for r in program}
+            if unknown:
+                raise ValueError(f"no such resource in the program: {sorted(unknown)}")
 
     # --- steps --------------------------------------------------------------------------------------------------------
     def _steps(self, program: list[dict[str, Any]], stored: dict[str, dict[str, Any]]) -> dict[str, tuple[Change, dict]]:

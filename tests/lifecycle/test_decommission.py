@@ -124,7 +124,8 @@ def test_destroy_returns_kpro6_to_before_gpuhosts_and_keeps_weights_checkpoints_
 
     stored = converged.engine.state()
     ops = converged.destroy(refresh=True)  # `pulumi destroy -s kpro6`: Pulumi.yaml refreshes first
-    assert sorted(op.name for op in ops if op.operation == "read") == sorted(UNITS)
+    # Each unit read twice: in the destroy's preview and again before its deletes (tests/engine `destroy`).
+    assert sorted(op.name for op in ops if op.operation == "read") == sorted(UNITS * 2)
     gone = names(ops, "delete")
     assert sorted(gone) == sorted(UNITS) and gone[0] == f"ct{VMID}-gate-qwen-sglang", gone
     # Each unit went before what it depends on.

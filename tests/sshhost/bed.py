@@ -200,24 +200,19 @@ class Bed(HostView):
     def preview(self, values: dict[str, Any] | None = None, program: list | None = None, **options) -> Preview:
         return self.engine.preview(program if program is not None else self.program(values), **options)
 
-    def destroy(self, *, refresh: bool = False, continue_on_error: bool = False) -> list[Op]:
-        """`pulumi destroy`; the refresh and the deletes' ops, in the order they ended.
+    def destroy(self, *, refresh: bool = True, continue_on_error: bool = False) -> list[Op]:
+        """`pulumi destroy`; the refreshes' reads and the deletes' ops, in the order they ended.
 
         refresh=True is what the CLI does under Pulumi.yaml's `options.refresh: always`, which covers "a pulumi update
         / preview / destroy" alike (the project file's `options.refresh`); False is `--refresh=false`, the deletes
-        planned from the state alone, for a host that no longer answers. The default stays False, as every destroy
-        of this harness has been. continue_on_error is `--continue-on-error`: "Continue to perform the destroy
-        operation despite the occurrence of errors" (pulumi.com/docs/iac/cli/commands/pulumi_destroy); operations
-        in flight finish, resources independent of a failed one are still brought to the requested state (the
-        Pulumi blog's "Continue on Error in the Pulumi CLI"), a resource that a failed one depends on is kept, the
-        run fails naming every failed delete, and only what was deleted leaves the state (tests/engine
-        `_delete_all`).
+        planned from the state alone, for a host that no longer answers. continue_on_error is `--continue-on-error`:
+        "Continue to perform the destroy operation despite the occurrence of errors"
+        (pulumi.com/docs/iac/cli/commands/pulumi_destroy); operations in flight finish, resources independent of a
+        failed one are still brought to the requested state (the Pulumi blog's "Continue on Error in the Pulumi
+        CLI"), a resource that a failed one depends on is kept, the run fails naming every failed delete, and only
+        what was deleted leaves the state (tests/engine `_delete_all`).
         """
-        first = len(self.engine.ops)
-        if refresh:
-            self.engine.refresh()
-        self.engine.destroy(continue_on_error=continue_on_error)
-        return self.engine.ops[first:]
+        return self.engine.destroy(refresh=refresh, continue_on_error=continue_on_error)
 
     def stack_rm(self, stack: str = STACK, force: bool = False) -> None:
         """`pulumi stack rm`: refused while the state holds resources, unless `--force` ("Forces deletion of the
