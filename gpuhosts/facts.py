@@ -8,6 +8,7 @@ from the facts (templates/common/probe.sh.j2); the unit's `desired` dict is `{na
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import shlex
 from dataclasses import dataclass
 
@@ -24,6 +25,9 @@ class Fact:
     name: str
     probe: str
     desired: str | None
+    # Statements the probe runs once, before any fact, in its own shell (a fact runs in a subshell of it): what several
+    # facts read from one command. Facts that share a statement name it alike; the probe runs it once.
+    setup: tuple[str, ...] = ()
 
 
 def observation(name: str, probe: str) -> Fact:
@@ -51,6 +55,179 @@ def systemd_fact(unit_name: str, *, enabled: bool = True, active: bool = True) -
                 f"{'enabled' if enabled else 'disabled'} {'active' if active else 'inactive'}")
 
 
+# --- the systemd units gpuhosts installs -------------------------------------------------------------------------
+# What a probe reads of such a unit is what systemd has loaded: the unit file merged with every drop-in, a mask
+# included. One `systemctl show -p …` gives it (systemctl(1) "show": with -p a property is printed even when empty);
+# the properties are those of org.freedesktop.systemd1(5). Their desired values are read from the unit file the plan
+# installs, the way systemd reads it, so that the plan and the probe cannot disagree.
+SHOWN_PROPERTIES = ("ExecStart", "Environment", "User", "UnitFileState", "ActiveState", "DropInPaths")
+# shell_maybe_quote (systemd src/basic/escape.c, SHELL_NEED_QUOTES of escape.h): what `systemctl show` quotes in
+# a list of strings such as Environment; systemd 252 quotes these, as tests/fixtures/systemd/show/ records.
+_SHELL_NEED_QUOTES = set(" \t\n\r\"\\`$*?['()<>|&;!")
+_SHELL_NEED_ESCAPE = set("\"\\`$")
+# The C escapes systemd's word splitting takes (extract_first_word with EXTRACT_CUNESCAPE, src/basic/escape.c
+# cunescape_one); an unknown one keeps its backslash, as systemd 252 prints `\;` back.
+_C_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "s": " ",
+              "\\": "\\", "\"": "\"", "'": "'"}
+# systemd.service(5) "Command lines": the prefixes an Exec line's program may carry.
+_EXEC_PREFIXES = "-@:+!"
+
+
+def _unit_settings(content: str, unit_name: str) -> dict[str, list[str]]:
+    """'Section.Key' -> its values in order, as systemd reads a unit file (systemd.syntax(7)): `#` and `;` start a
+    comment, a trailing backslash joins the next line (with a space), and an empty assignment empties the list
+    (systemd.service(5) ExecStart=, systemd.exec(5) Environment=)."""
+    settings: dict[str, list[str]] = {}
+    section = ""
+    lines = iter(content.splitlines())
+    for raw in lines:
+        line = raw.strip()
+        while line.endswith("\\"):
+            line = line[:-1] + " " + next(lines, "").strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            continue
+        key, equals, value = line.partition("=")
+        if not equals:
+            raise ValueError(f"{unit_name}: {line!r} is neither a section nor an assignment")
+        values = settings.setdefault(f"{section}.{key.strip()}", [])
+        if value.strip():
+            values.append(value.strip())
+        else:
+            values.clear()
+    return settings
+
+
+def _specifiers(word: str, unit_name: str) -> str:
+    """`%%` is one `%` (systemd.unit(5) "Specifiers"); gpuhosts writes no other specifier, so one here is an error
+    rather than a value this module would have to guess."""
+    out, index = [], 0
+    while index < len(word):
+        char = word[index]
+        if char == "%":
+            if word[index + 1:index + 2] != "%":
+                raise ValueError(f"{unit_name}: the specifier {word[index:index + 2]!r} in {word!r} is not one gpuhosts "
+                                 "writes")
+            index += 1
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _systemd_words(text: str, unit_name: str) -> list[str]:
+    """A setting split into words as systemd splits a command line or an Environment= assignment
+    (src/basic/extract-word.c `extract_first_word` with EXTRACT_UNQUOTE|EXTRACT_CUNESCAPE): whitespace separates,
+    single and double quotes group (and may start inside a word), a backslash escapes inside quotes too."""
+    words: list[str] = []
+    word: list[str] | None = None
+    quote = ""
+    index = 0
+    while index < len(text):
+        char = text[index]
+        index += 1
+        if char == "\\" and index < len(text):
+            escaped = text[index]
+            index += 1
+            if escaped == "x" and len(text) >= index + 2:
+                char, index = chr(int(text[index:index + 2], 16)), index + 2
+            elif escaped in "01234567" and len(text) >= index + 2 and text[index:index + 2].isdigit():
+                char, index = chr(int(text[index - 1:index + 2], 8)), index + 2
+            else:
+                char = _C_ESCAPES.get(escaped, "\\" + escaped)
+            word = (word or []) + [char]
+        elif quote:
+            if char == quote:
+                quote = ""
+            else:
+                word = (word or []) + [char]
+        elif char in "'\"":
+            quote, word = char, word or []
+        elif char in " \t":
+            if word is not None:
+                words.append("".join(word))
+            word = None
+        else:
+            word = (word or []) + [char]
+    if quote:
+        raise ValueError(f"{unit_name}: unbalanced {quote} in {text!r}")
+    if word is not None:
+        words.append("".join(word))
+    return [_specifiers(w, unit_name) for w in words]
+
+
+def _shell_maybe_quote(value: str) -> str:
+    if not any(char in _SHELL_NEED_QUOTES or ord(char) < 32 or ord(char) == 127 for char in value):
+        return value
+    return '"' + "".join("\\" + char if char in _SHELL_NEED_ESCAPE else char for char in value) + '"'
+
+
+def shown_exec(lines: list[str], unit_name: str) -> str:
+    """ExecStart= as a fact: each command as `systemctl show` prints it (systemd src/systemctl/systemctl-show.c
+    `print_property`, the exec command list: `{ path=… ; argv[]=… ; ignore_errors=… ; … }`, argv joined by spaces)
+    without what the last run left (start and stop time, pid, exit status), the commands side by side."""
+    commands = []
+    for line in lines:
+        prefix = line[:len(line) - len(line.lstrip(_EXEC_PREFIXES))]
+        words = _systemd_words(line[len(prefix):], unit_name)
+        if not words:
+            raise ValueError(f"{unit_name}: ExecStart={line!r} names no program")
+        # `@`: the first word is the program, the second its argv[0] (systemd.service(5) "Command lines").
+        path, argv = (words[0], words[1:]) if "@" in prefix else (words[0], words)
+        if not path.startswith("/"):
+            raise ValueError(f"{unit_name}: ExecStart= names {path!r}, not an absolute path: systemd would search "
+                             "for it, and the probe could not know where it finds it")
+        commands.append(f"{{ path={path} ; argv[]={' '.join(argv)} ; ignore_errors={'yes' if '-' in prefix else 'no'} }}")
+    return " ".join(commands)
+
+
+def shown_environment(lines: list[str], unit_name: str) -> str:
+    """Environment= as `systemctl show` prints it: the assignments in the order of their first appearance, each
+    variable with its last value (systemd src/basic/env-util.c `strv_env_replace_consume`), each quoted where a
+    shell would need it, separated by spaces."""
+    assignments: dict[str, str] = {}
+    for line in lines:
+        for word in _systemd_words(line, unit_name):
+            name, equals, _value = word.partition("=")
+            if not equals or not name:
+                raise ValueError(f"{unit_name}: Environment= {word!r} is not NAME=VALUE")
+            assignments[name] = word
+    return " ".join(_shell_maybe_quote(word) for word in assignments.values())
+
+
+def systemd_unit_facts(unit_file: HostFile, *, enabled: bool = True, active: bool = True) -> list[Fact]:
+    """The facts of a systemd unit gpuhosts installs at `unit_file`, all from one `systemctl show` of it:
+
+    * `systemd NAME` — UnitFileState and ActiveState, the words of `systemctl is-enabled` / `is-active`
+      (org.freedesktop.systemd1(5): UnitFileState is "masked" for a masked unit);
+    * `ExecStart of NAME`, `Environment of NAME`, `User of NAME` — what systemd runs, with whatever drop-in is in
+      force (ExecStart: the commands' paths and argv; Environment: the assignments; User: empty for root);
+    * `DropInPaths of NAME` — the drop-ins named for the unit (NAME.d/*.conf, org.freedesktop.systemd1(5)
+      DropInPaths): gpuhosts writes none, so any is drift. Drop-ins for every service (`service.d/`) or for a name
+      prefix are the host's policy for all units, not a change of this one, and are not read.
+    """
+    name = posixpath.basename(unit_file.path)
+    settings = _unit_settings(unit_file.content, name)
+    user = settings.get("Service.User", [""])
+    quoted = shlex.quote(name)
+    setup = (render("common/systemd-show.sh.j2", properties=",".join(SHOWN_PROPERTIES)).rstrip("\n"),
+             f"systemd_shown[{quoted}]=\"$(systemd_show {quoted})\"")
+
+    def fact(fact_name: str, function: str, value: str) -> Fact:
+        return Fact(fact_name, f"{function} {quoted}", value, setup)
+
+    return [
+        fact(f"systemd {name}", "systemd_state",
+             f"{'enabled' if enabled else 'disabled'} {'active' if active else 'inactive'}"),
+        fact(f"ExecStart of {name}", "systemd_exec", shown_exec(settings.get("Service.ExecStart", []), name)),
+        fact(f"Environment of {name}", "systemd_property_of Environment",
+             shown_environment(settings.get("Service.Environment", []), name)),
+        fact(f"User of {name}", "systemd_property_of User", _specifiers(user[-1], name) if user else ""),
+        fact(f"DropInPaths of {name}", "systemd_dropins", ""),
+    ]
+
+
 def render_probe(unit: str, facts: list[Fact], *, prelude: str = "", vmid: int | None = None,
                  container_facts: list[Fact] = (), container_prelude: str = "") -> str:
     """The probe script of a unit: read-only, one facts line. `container_facts` are observed inside container
@@ -60,10 +237,15 @@ def render_probe(unit: str, facts: list[Fact], *, prelude: str = "", vmid: int |
         raise ValueError(f"unit {unit}: two facts share a name")
     inner = ""
     if container_facts:
-        inner = render("common/probe.sh.j2", unit=unit, facts=list(container_facts), prelude=container_prelude,
-                       inner=None, vmid=None, container_fact_names=[])
-    return render("common/probe.sh.j2", unit=unit, facts=list(facts), prelude=prelude, inner=inner.rstrip("\n"),
-                  vmid=vmid, container_fact_names=[fact.name for fact in container_facts])
+        inner = render("common/probe.sh.j2", unit=unit, facts=list(container_facts),
+                       prelude=_with_setup(container_prelude, container_facts), inner=None, vmid=None,
+                       container_fact_names=[])
+    return render("common/probe.sh.j2", unit=unit, facts=list(facts), prelude=_with_setup(prelude, facts),
+                  inner=inner.rstrip("\n"), vmid=vmid, container_fact_names=[fact.name for fact in container_facts])
+
+
+def _with_setup(prelude: str, facts) -> str:
+    return "\n".join(part for part in (prelude, *dict.fromkeys(s for fact in facts for s in fact.setup)) if part)
 
 
 def desired(facts: list[Fact]) -> dict[str, str]:
