@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from gpuhosts.hostside.hidden_state_check import check, read_tensors
-from gpuhosts.plans.training_node import CHECK_SCRIPT, plan_training_node
+from gpuhosts.plans.hidden_state_server import CHECK_SCRIPT
+from gpuhosts.plans.training_node import plan_training_node
 from conftest import FIXTURES, TRAINER_SECRETS, trainer_values
 from gpuhosts.stacks import validate_trainer_stack
 

@@ -12,7 +12,8 @@ import tomllib
 import pytest
 
 from gpuhosts.fields import is_loopback
-from gpuhosts.plans.training_node import MONITOR_PACKAGE, plan_training_node
+from gpuhosts.plans.training_monitor import MONITOR_PACKAGE
+from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.training import FLASK_VERSION
 from conftest import PROJECT, TRAINER_SECRETS, trainer_values
 from gpuhosts.stacks import validate_trainer_stack

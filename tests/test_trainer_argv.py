@@ -92,3 +92,30 @@ def test_a_bump_to_0_9_0_is_one_value():
 def test_a_release_without_a_row_is_refused():
     with pytest.raises(ValueError, match="speculators 0.5.0 is in no checked row"):
         engine_invocations(stack_at("0.5.0"))
+
+
+def test_the_hidden_state_servers_vllm_flags_are_the_vllm_drivers():
+    from gpuhosts.engines import DRIVERS
+
+    training = PINNED.training
+    server = training.server.model_copy(update={"data_parallel_size": 2, "extra_args": ("--enforce-eager",)})
+    words = DRIVERS["vllm"].hidden_state_server_args(training.vllm, server)
+    assert words == ["--host", "127.0.0.1", "--port", "8000", "--tensor-parallel-size", "4", "--data-parallel-size",
+                     "2", "--gpu-memory-utilization", "0.85", "--max-model-len", "8192", "--enforce-eager"]
+    (launch,) = [i for i in engine_invocations(PINNED) if i["name"] == "speculators-launch-vllm"]
+    assert launch["argv"][launch["argv"].index("--") + 1:] == DRIVERS["vllm"].hidden_state_server_args(
+        training.vllm, training.server)
+
+
+def test_the_trainers_arguments_are_typed_and_spelled_by_the_release():
+    from gpuhosts.engines import speculators
+
+    args = speculators.TrainArgs(verifier="/v", data="/d", endpoint="http://127.0.0.1:8000/v1", save="/s", epochs=3,
+                                 lr=3e-4, block_size=16, target_layer_ids=(2, 17), total_seq_len=8192)
+    _invocation, groups = speculators.train("0.7.0", "/venv", "/src", 4, args, ("--x",), "/start", {})
+    assert groups == [["--verifier-name-or-path", "/v"], ["--data-path", "/d"],
+                      ["--vllm-endpoint", "http://127.0.0.1:8000/v1"], ["--save-path", "/s"], ["--epochs", "3"],
+                      ["--lr", "0.0003"], ["--speculator-type", "dflash"], ["--block-size", "16"],
+                      ["--target-layer-ids", "2", "17"], ["--total-seq-len", "8192"], ["--x"]]
+    with pytest.raises(TypeError):
+        speculators.TrainArgs(verifier="/v", seq_len=8192)  # a misspelt meaning is an error, not a dropped flag

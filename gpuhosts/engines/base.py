@@ -9,7 +9,7 @@ from gpuhosts.compat_data import EngineFacts, ModelFacts, engine_facts, model_fa
 from gpuhosts.envspec import EngineInstall, EnvSpec
 from gpuhosts.hostside.gate_probe import ACCEPTANCE_KINDS
 from gpuhosts.render import HostFile, render
-from gpuhosts.services import EngineSpec, ServiceConfig, SpecMethod
+from gpuhosts.services import EngineSpec, PackageSpec, ServiceConfig, SpecMethod
 
 
 # Settings of a service that only some engines read (field: stack name); a driver lists those it reads (`settings`).
@@ -57,13 +57,13 @@ class EngineDriver:
         """The build has pull request `pr`: its release does (compatibility data) or the stack says so."""
         return engine.contains(pr) or pr in self.facts(engine).contains_prs
 
-    def requirement(self, engine: EngineSpec) -> str:
+    def requirement(self, engine: PackageSpec) -> str:
         source = engine.repository or self.repository
         if engine.git_ref:
             return f"{self.package}{self.extras} @ git+{source}@{engine.git_ref}"
         return f"{self.package}{self.extras}=={engine.version}"
 
-    def release_requirement(self, engine: EngineSpec) -> str:
+    def release_requirement(self, engine: PackageSpec) -> str:
         """The release a build is based on: what its locked closure is resolved from."""
         return f"{self.package}{self.extras}=={engine.version}"
 

@@ -17,7 +17,7 @@ refused with the reason instead of being guessed at.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from packaging.specifiers import SpecifierSet
 
@@ -35,13 +35,32 @@ CONVERT_API_CODE = ("import sys; from speculators.convert import convert_model; 
                     "convert_model(model=sys.argv[1], verifier=sys.argv[2], algorithm=sys.argv[3], "
                     "output_path=sys.argv[4])")
 
-# The train.py flags the node uses, by meaning; a release that renames one changes its row's `flags`.
+# The train.py flags the node uses, by meaning (a field of TrainArgs, and the start checkpoint); a release that
+# renames one changes its row's `flags`.
 TRAIN_FLAGS = {
     "verifier": "--verifier-name-or-path", "data": "--data-path", "endpoint": "--vllm-endpoint",
-    "save": "--save-path", "epochs": "--epochs", "lr": "--lr", "type": "--speculator-type",
-    "block_size": "--block-size", "target_layer_ids": "--target-layer-ids", "seq_len": "--total-seq-len",
+    "save": "--save-path", "epochs": "--epochs", "lr": "--lr", "speculator_type": "--speculator-type",
+    "block_size": "--block-size", "target_layer_ids": "--target-layer-ids", "total_seq_len": "--total-seq-len",
     "from_pretrained": "--from-pretrained",
 }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainArgs:
+    """What the trainer is given, by meaning (a key of TRAIN_FLAGS), in the order the launch script lists it. The
+    drafter's shape (layers, sliding window, layer types, mask token) is not among them: it comes from the
+    checkpoint it starts from, and --from-pretrained refuses --num-layers and --sliding-window beside it."""
+
+    verifier: str
+    data: str
+    endpoint: str
+    save: str
+    epochs: int
+    lr: float
+    speculator_type: str = ALGORITHM
+    block_size: int
+    target_layer_ids: tuple[int, ...]
+    total_seq_len: int
 
 
 @dataclass(frozen=True)
@@ -142,17 +161,19 @@ def served_vllm_argv(verifier_dir: str, states_dir: str, server_ids: tuple[int, 
     return argv if "--no-enable-chunked-prefill" in argv else [*argv, "--no-enable-chunked-prefill"]
 
 
-def train(version: str, venv: str, checkout: str, nproc: int, values: dict[str, object], extra_args: tuple[str, ...],
+def _words(value: object) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [format(value, "g") if isinstance(value, float) else str(value)]
+
+
+def train(version: str, venv: str, checkout: str, nproc: int, args: TrainArgs, extra_args: tuple[str, ...],
           start: str, environment: dict[str, str]) -> tuple[Invocation, list[list[str]]]:
     """The trainer under torchrun, and its arguments grouped one flag per group (the launch script puts each on
-    a line). `values` maps TRAIN_FLAGS meanings to values (a list for several words). The groups leave out
-    `--from-pretrained`, which the launch script appends last (the newest checkpoint, else `start`); the
-    invocation's argv ends with it and `start`."""
+    a line). The groups leave out `--from-pretrained`, which the launch script appends last (the newest
+    checkpoint, else `start`); the invocation's argv ends with it and `start`."""
     found = row(version)
-    groups = []
-    for meaning, value in values.items():
-        words = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
-        groups.append([found.flags[meaning], *words])
+    groups = [[found.flags[f.name], *_words(getattr(args, f.name))] for f in fields(args)]
     groups += [[a] for a in extra_args]
     if found.train == "script":
         command = (f"{venv}/bin/torchrun", "--standalone", "--nproc_per_node", str(nproc), f"{checkout}/scripts/train.py")

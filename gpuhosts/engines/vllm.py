@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from gpuhosts.compat_data import model_facts
+from gpuhosts.compat_data import engine_facts, model_facts
 from gpuhosts.engines.base import EngineDriver, Flags, number
 from gpuhosts.envspec import EnvSpec
-from gpuhosts.services import ServiceConfig, SpecMethod
+from gpuhosts.services import PackageSpec, ServiceConfig, SpecMethod
+from gpuhosts.training import ServerSpec
 
 # DFlash's drafter needs non-causal attention within a block, which vLLM's flash-attn backend provides.
 DFLASH_ATTENTION_BACKEND = "flash_attn"
@@ -35,6 +36,18 @@ class VllmDriver(EngineDriver):
             flags.add("--enable-auto-tool-choice").add("--tool-call-parser", service.tool_call_parser)
         self._speculative(service, flags)
         return [f"{install.venv}/bin/vllm", *flags.words, *service.extra_args]
+
+    def hidden_state_server_args(self, release: PackageSpec, server: ServerSpec) -> list[str]:
+        """`vllm serve`'s flags for the training node's hidden-state server, which speculators' launch_vllm.py
+        starts (it adds the model and the extraction config itself): where it listens, how it splits the verifier
+        over its GPUs and their memory, the longest sequence, then the server's extraArgs."""
+        flags = Flags(engine_facts(self.package, release.version))
+        flags.add("--host", "127.0.0.1").add("--port", server.port)
+        flags.add("--tensor-parallel-size", server.tensor_parallel_size)
+        if server.data_parallel_size > 1:
+            flags.add("--data-parallel-size", server.data_parallel_size)
+        flags.add("--gpu-memory-utilization", number(server.mem_fraction)).add("--max-model-len", server.max_model_len)
+        return [*flags.words, *server.extra_args]
 
     def _speculative(self, service: ServiceConfig, flags: Flags) -> None:
         spec = service.speculative
