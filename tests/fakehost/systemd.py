@@ -7,6 +7,10 @@ the host setting ``serve_engines`` is on and the unit is a container's: then fak
 for real and its state is the process's. Active state lives under ``run/``. What systemd checks when it spawns
 the service is checked: WorkingDirectory=, EnvironmentFile= and that the program exists. A Type=simple unit that
 fails there still starts "successfully" (systemd reports it only afterwards) and is then failed.
+
+A unit is what systemd loads for its name: the first unit file in the search path, a mask (a symlink to /dev/null)
+included, then the drop-ins named for it. There is no manager state: every command reads the files as a
+daemon-reload would leave them (what `systemctl edit`, `mask` and `unmask` leave too).
 """
 import heapq
 import os
@@ -18,6 +22,7 @@ from .system import run_argv
 from .util import Fail, root, write
 
 UNIT_DIRS = ("etc/systemd/system", "run/systemd/system", "lib/systemd/system", "usr/lib/systemd/system")
+CONFIG, RUNTIME_CONFIG = UNIT_DIRS[0], UNIT_DIRS[1]
 ACTIVE = "run/fakehost/units"
 
 
@@ -25,34 +30,84 @@ def unit_name(n: str) -> str:
     return n if "." in n else n + ".service"
 
 
+def is_mask(p) -> bool:
+    """systemd.unit(5): a unit file that is empty or a symlink to /dev/null is masked."""
+    if p.is_symlink():
+        return os.readlink(p) == "/dev/null"
+    return p.is_file() and p.stat().st_size == 0
+
+
+def fragment(r, name):
+    """The file systemd loads for ``name``: the first of the search path, a mask included (systemd.unit(5) "Unit
+    File Load Path": a name found in an earlier directory hides it in the later ones)."""
+    return next((r / d / name for d in UNIT_DIRS if is_mask(r / d / name) or (r / d / name).is_file()), None)
+
+
 def find_unit(r, name):
-    return next((r / d / name for d in UNIT_DIRS if (r / d / name).is_file()), None)
+    """The unit file of ``name`` systemd can load: None when there is none or the unit is masked."""
+    p = fragment(r, name)
+    return None if p is None or is_mask(p) else p
 
 
-def parse_unit(text: str) -> dict:
-    """'Section.Key' -> list of values (an empty assignment resets the list, as in systemd)."""
-    out, sec = {}, ""
-    for line in text.replace("\\\n", " ").splitlines():
-        line = line.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("["):
-            sec = line.strip("[]")
-            continue
-        k, _, v = line.partition("=")
-        vals = out.setdefault(f"{sec}.{k.strip()}", [])
-        if v.strip():
-            vals.append(v.strip())
-        else:
-            vals.clear()
+def masked(r, name) -> bool:
+    p = fragment(r, name)
+    return p is not None and is_mask(p)
+
+
+def shown_path(r, p) -> str:
+    return "/" + p.relative_to(r).as_posix()
+
+
+def dropin_paths(r, name) -> list:
+    """The drop-ins of ``name``: the ``*.conf`` files of ``name.d/`` in every unit directory, in the order of their
+    file names, one in an earlier directory hiding a file of the same name in a later one (systemd.unit(5),
+    "drop-in"). Drop-ins for a whole unit type (``service.d/``) or a name prefix are not simulated."""
+    found = {}
+    for d in UNIT_DIRS:
+        folder = r / d / f"{name}.d"
+        for p in sorted(folder.glob("*.conf")) if folder.is_dir() else ():
+            if p.is_file():
+                found.setdefault(p.name, p)
+    return [found[n] for n in sorted(found)]
+
+
+def parse_unit(*texts: str) -> dict:
+    """'Section.Key' -> list of values of a unit file and then its drop-ins, each file read from its own first
+    section on (an empty assignment resets the list, across files too: systemd.service(5) ExecStart=)."""
+    out = {}
+    for text in texts:
+        sec = ""
+        for line in text.replace("\\\n", " ").splitlines():
+            line = line.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("["):
+                sec = line.strip("[]")
+                continue
+            k, _, v = line.partition("=")
+            vals = out.setdefault(f"{sec}.{k.strip()}", [])
+            if v.strip():
+                vals.append(v.strip())
+            else:
+                vals.clear()
     return out
 
 
-def unit(r, name) -> dict:
+def loaded(r, name) -> dict:
+    """The settings in force: the unit file (none when masked), then its drop-ins, which a masked unit keeps too
+    (systemd 252 shows their Environment=: tests/fixtures/systemd/show/README.md)."""
     p = find_unit(r, name)
+    return parse_unit(*([p.read_text()] if p else []), *(d.read_text() for d in dropin_paths(r, name)))
+
+
+def unit(r, name, verb="start") -> dict:
+    p = fragment(r, name)
     if p is None:
-        raise Fail(f"Failed to start {name}: Unit {name} not found.", 5)
-    return parse_unit(p.read_text())
+        raise Fail(f"Failed to {verb} {name}: Unit {name} not found.", 5)
+    if is_mask(p):
+        # src/systemctl: the job is refused with BUS_ERROR_UNIT_MASKED, "Unit %s is masked."
+        raise Fail(f"Failed to {verb} {name}: Unit {name} is masked.", 1)
+    return loaded(r, name)
 
 
 def wants_links(r, name):
@@ -152,7 +207,7 @@ def start(r, name, extra_env=None) -> int:
 
 
 def stop(r, name):
-    u = unit(r, name)
+    u = loaded(r, name)
     if engines.tracked(r, name):
         engines.stop(r, name)
     for line in u.get("Service.ExecStop", []):
@@ -173,7 +228,9 @@ def stop_persistenced(r):
 
 
 def enable(r, name, quiet=False):
-    u = unit(r, name)
+    if masked(r, name):
+        raise Fail(f"Failed to enable unit: Unit file {shown_path(r, fragment(r, name))} is masked.", 1)
+    u = unit(r, name, "enable")
     targets = " ".join(u.get("Install.WantedBy", [])).split()
     req = " ".join(u.get("Install.RequiredBy", [])).split()
     if not targets and not req:
@@ -192,6 +249,11 @@ def enable(r, name, quiet=False):
 
 
 def disable(r, name, quiet=False):
+    if masked(r, name):
+        # src/shared/install.c INSTALL_CHANGE_IS_MASKED: the links stay
+        if not quiet:
+            print(f"Unit {shown_path(r, fragment(r, name))} is masked, ignoring.", file=sys.stderr)
+        return
     for link in wants_links(r, name):
         link.unlink()
         if not any(link.parent.iterdir()):  # systemd removes the .wants directory it emptied
@@ -262,25 +324,129 @@ def state(r, name) -> str:
 
 
 def file_state(r, name) -> str:
-    if not find_unit(r, name):
+    """What `is-enabled` prints and UnitFileState holds (systemctl(1) is-enabled): a mask in /run is
+    masked-runtime."""
+    p = fragment(r, name)
+    if p is None:
         return ""
-    u = unit(r, name)
+    if is_mask(p):
+        return "masked-runtime" if p.parent == r / RUNTIME_CONFIG else "masked"
+    u = loaded(r, name)
     return "enabled" if wants_links(r, name) else "disabled" if (
         u.get("Install.WantedBy") or u.get("Install.RequiredBy")) else "static"
 
 
+# shell_maybe_quote (systemd src/basic/escape.c; SHELL_NEED_QUOTES of src/basic/escape.h): how `show` prints each
+# string of a list property such as Environment.
+SHELL_NEED_QUOTES = set(" \t\n\r\"\\`$*?['()<>|&;!")
+
+
+def shell_maybe_quote(value: str) -> str:
+    if not any(c in SHELL_NEED_QUOTES or ord(c) < 32 for c in value):
+        return value
+    return '"' + "".join("\\" + c if c in "\"\\`$" else c for c in value) + '"'
+
+
+def shown_command(line: str) -> str:
+    """One ExecStart= command as `show` prints it (src/systemctl/systemctl-show.c `print_property`, an exec command
+    list): argv joined by spaces after quoting and `%%` are read, `$$` left as written (it is read only when the
+    command runs). The simulation keeps no run times or pids: each command reads as one that has not run yet."""
+    prefix = line[:len(line) - len(line.lstrip("-@+!:"))]
+    argv = [specifiers(word) for word in shlex.split(line[len(prefix):])]
+    path, argv = (argv[0], argv[1:]) if "@" in prefix else (argv[0], argv)
+    return (f"{{ path={path} ; argv[]={' '.join(argv)} ; ignore_errors={'yes' if '-' in prefix else 'no'} ; "
+            "start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }")
+
+
+def environment(u: dict) -> list[str]:
+    """Environment= assignments in force: a variable keeps the place of its first assignment and the value of its
+    last (systemd src/basic/env-util.c `strv_env_replace_consume`)."""
+    out = {}
+    for line in u.get("Service.Environment", []):
+        for word in shlex.split(line):
+            if "=" in word:
+                out[word.split("=", 1)[0]] = specifiers(word)
+    return list(out.values())
+
+
 def properties(r, name) -> dict:
-    """The few properties of ``systemctl show``, in the order systemd prints them."""
-    u = parse_unit(find_unit(r, name).read_text()) if find_unit(r, name) else {}
+    """The properties of ``systemctl show`` the scripts read, in the order systemd 252 prints them
+    (tests/fixtures/systemd/show/order.txt): a list for a property with one line per value (ExecStart)."""
+    p = fragment(r, name)
+    u = loaded(r, name)
     typ = u.get("Service.Type", ["simple"])[-1]
     active = state(r, name)
     sub = {"failed": "failed", "inactive": "dead"}.get(active, "exited" if typ == "oneshot" else "running")
     result = "exit-code" if active == "failed" else "success"
     if engines.tracked(r, name):
         active, sub, result = engines.state(r, name)
-    return {"Type": typ, "Result": result, "Id": name,
-            "LoadState": "loaded" if u else "not-found", "ActiveState": active, "SubState": sub,
+    user = u.get("Service.User", [""])
+    return {"Type": typ, "Result": result,
+            "ExecStart": [shown_command(line) for line in u.get("Service.ExecStart", [])],
+            "Environment": " ".join(shell_maybe_quote(a) for a in environment(u)),
+            "User": specifiers(user[-1]) if user else "", "Id": name,
+            "LoadState": "not-found" if p is None else "masked" if is_mask(p) else "loaded",
+            "ActiveState": active, "SubState": sub, "FragmentPath": shown_path(r, p) if p else "",
+            "DropInPaths": " ".join(shown_path(r, d) for d in dropin_paths(r, name)),
             "UnitFileState": file_state(r, name)}
+
+
+def show(r, name, wanted, value_only) -> str:
+    """systemctl(1) show: with -p only those properties and each even when empty (one not set is left out
+    otherwise); --value prints the values alone. A property with no value at all (a masked unit's ExecStart) prints
+    nothing."""
+    lines = []
+    for key, value in properties(r, name).items():
+        if wanted and key not in wanted or not wanted and not value:
+            continue
+        for one in value if isinstance(value, list) else [value]:
+            lines.append(one if value_only else f"{key}={one}")
+    return "\n".join(lines)
+
+
+def mask(r, name, runtime=False, quiet=False) -> int:
+    """systemctl(1) mask: the unit's name in the config directory (/run's with --runtime) becomes a symlink to
+    /dev/null. A file already there is refused, a unit file written there included: src/shared/install.c
+    `create_symlink` fails with EEXIST unless the very same symlink is in place (systemd 252 words it as
+    tests/fixtures/systemd/show/README.md records)."""
+    link = r / (RUNTIME_CONFIG if runtime else CONFIG) / name
+    if is_mask(link) and link.is_symlink():
+        return 0
+    if link.is_symlink():
+        raise Fail(f"Failed to mask unit: File {shown_path(r, link)} already exists and is a symlink to "
+                   f"{os.readlink(link)}.", 1)
+    if link.exists():
+        raise Fail(f"Failed to mask unit: File {shown_path(r, link)} already exists.", 1)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink("/dev/null", link)
+    if not quiet:
+        print(f"Created symlink {shown_path(r, link)} \u2192 /dev/null.", file=sys.stderr)
+    return 0
+
+
+def unmask(r, name, runtime=False, quiet=False) -> int:
+    """systemctl(1) unmask: a mask of the name in the config directory (/run's with --runtime) is removed, and so is
+    every symlink of that directory that pointed at it, such as the .wants/ links of an enabled unit, each emptied
+    directory with it (src/shared/install.c `unit_file_unmask`, `remove_marked_symlinks_fd`). A unit file there
+    that is no mask is left as it is."""
+    config = r / (RUNTIME_CONFIG if runtime else CONFIG)
+    link = config / name
+    if fragment(r, name) is None:
+        print(f"Unit {name} does not exist, proceeding anyway.", file=sys.stderr)
+    if not is_mask(link):
+        return 0
+    link.unlink()
+    gone = [link]
+    for other in sorted(config.rglob("*")):
+        if other.is_symlink() and os.readlink(other) == shown_path(r, link):
+            other.unlink()
+            gone.append(other)
+            if not any(other.parent.iterdir()):
+                other.parent.rmdir()
+    if not quiet:
+        for p in gone:
+            print(f'Removed "{shown_path(r, p)}".', file=sys.stderr)
+    return 0
 
 
 def cmd_journalctl(argv):
@@ -308,6 +474,7 @@ def cmd_systemctl(argv):
     if not words:
         raise Fail("systemctl: this simulation needs a command", 1)
     sub, names = words[0], [unit_name(n) for n in words[1:]]
+    runtime = "--runtime" in argv
     if sub == "daemon-reload":
         return 0
     if sub in ("reboot",):
@@ -316,7 +483,15 @@ def cmd_systemctl(argv):
         return 0
     rc = 0
     for n in names:
-        if sub in ("start", "restart", "reload-or-restart", "try-restart") or (sub == "enable" and now):
+        if sub in ("mask", "unmask"):
+            (mask if sub == "mask" else unmask)(r, n, runtime, quiet)
+            if sub == "mask" and now and fragment(r, n):
+                stop(r, n)
+        elif sub in ("start", "restart", "reload-or-restart", "try-restart") or (sub == "enable" and now):
+            if sub == "enable":
+                enable(r, n, quiet)
+            elif masked(r, n):  # refused before anything is stopped
+                unit(r, n, sub)
             if sub == "enable":
                 enable(r, n, quiet)
             if sub != "start" and (is_active(r, n) or engines.tracked(r, n)):
@@ -332,7 +507,7 @@ def cmd_systemctl(argv):
         elif sub in ("stop", "disable"):
             if sub == "disable":
                 disable(r, n, quiet)
-            if (sub == "stop" or now) and find_unit(r, n):
+            if (sub == "stop" or now) and fragment(r, n):
                 stop(r, n)
         elif sub == "is-active":
             st = state(r, n)
@@ -348,10 +523,10 @@ def cmd_systemctl(argv):
                 continue
             if not quiet:
                 print(st)
-            rc = rc or (1 if st == "disabled" else 0)
+            # systemctl(1) is-enabled: disabled and masked states exit non-zero
+            rc = rc or (1 if st in ("disabled", "masked", "masked-runtime") else 0)
         elif sub == "show":
-            shown = {k: v for k, v in properties(r, n).items() if not props or k in props}
-            print("\n".join(v if "--value" in argv else f"{k}={v}" for k, v in shown.items()))
+            print(show(r, n, props, "--value" in argv))
         elif sub == "status":
             print(f"\u25cf {n}\n     Loaded: loaded (/{find_unit(r, n).relative_to(r).as_posix() if find_unit(r, n) else '?'})"
                   f"\n     Active: {STATUS_ACTIVE[state(r, n)]}")
