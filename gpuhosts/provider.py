@@ -34,8 +34,8 @@ from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateRes
 
 from gpuhosts import protocol
 from gpuhosts.render import render
-from gpuhosts.ssh import (DIAL_ATTEMPTS, Completed, Connection, ConnectionDropped, Pool, SshError, Target,
-                          Unreachable)
+from gpuhosts.ssh import (DIAL_ATTEMPTS, Completed, Connection, ConnectionDropped, HostKeyChanged, KeyRefused, Pool,
+                          SshError, Target, Unreachable)
 
 NAMESPACE = "gpuhosts"
 SSH_KEY = f"{NAMESPACE}:sshPrivateKey"
@@ -190,10 +190,19 @@ class HostUnitProvider(ResourceProvider):
         if isinstance(error, ConnectionDropped):
             return UnitFailed(f"{props['unit']}: {operation}: the connection dropped mid-command ({error}); "
                               "run `pulumi up` again: every unit converges from where it stopped")
+        if isinstance(error, HostKeyChanged):
+            # A unit's inputs do not say which kind of stack pins the key, so both keys are named.
+            where = str(error).replace(f"{NAMESPACE}:*.ssh.hostKey", f"{NAMESPACE}:host.ssh.hostKey (a training "
+                                       f"node's {NAMESPACE}:node.ssh.hostKey)")
+            return UnitFailed(f"{props['unit']}: {operation}: {where}")
+        if isinstance(error, KeyRefused):
+            return UnitFailed(f"{props['unit']}: {operation}: {error}. Nothing ran on it. Give the host the public "
+                              "key of gpuhosts:sshPrivateKey in the login user's ~/.ssh/authorized_keys, or set the "
+                              "key it accepts: `pulumi config set --secret gpuhosts:sshPrivateKey < KEY`")
         if isinstance(error, Unreachable):
             return UnitFailed(f"{props['unit']}: {operation}: {error}. If the host is down, `pulumi preview "
-                              "--refresh=false` still plans; a host gone for good: `pulumi destroy "
-                              "--continue-on-error`, then `pulumi stack rm`")
+                              "--refresh=false` still plans; a host gone for good: `pulumi destroy --refresh=false "
+                              "--continue-on-error`, then `pulumi stack rm --force`")
         return error
 
     def _connection(self, props: dict[str, Any]):
@@ -208,6 +217,7 @@ class HostUnitProvider(ResourceProvider):
     def _await_reboot(self, props: dict[str, Any], old_boot_id: str) -> None:
         connection = self._connection(props)
         connection.close()
+        connection.forget_unreachable()
         time.sleep(REBOOT_SETTLE_S)
         deadline = time.monotonic() + REBOOT_WAIT_S
         while time.monotonic() < deadline:
@@ -218,6 +228,8 @@ class HostUnitProvider(ResourceProvider):
             except SshError:
                 pass
             connection.close()
+            # Refused while it reboots: that says nothing about the next dial.
+            connection.forget_unreachable()
             time.sleep(5)
         raise UnitFailed(f"{props['unit']}: the host did not come back from its reboot within {REBOOT_WAIT_S:.0f} s")
 
@@ -255,8 +267,9 @@ def _is_secret_name(name: str) -> bool:
 
 
 def dial_attempts() -> int:
-    """How often a host is dialled before it counts as unreachable; the provider's environment may lower it (a
-    link known to be up, or a test of an unreachable host) or raise it (a flaky one)."""
+    """How often a dial that fails on the way (a timeout, a reset) is tried before the host counts as unreachable;
+    a refusal or no route is never tried again (gpuhosts/ssh.py). The provider's environment may lower it (a link
+    known to be up) or raise it (a flaky one)."""
     text = os.environ.get(DIAL_ATTEMPTS_VARIABLE, "")
     if not text:
         return DIAL_ATTEMPTS

@@ -1,15 +1,22 @@
 """SSH to a host for the host-unit provider: paramiko, the host key pinned, the client key from memory.
 
 One connection per host (address, port, user, pinned key), shared by every unit and thread of the provider
-process; each command is a channel of its own. Dialling is retried a bounded number of times with a timeout per
-dial, as pulumi-command does (`dialErrorLimit` 10, 15 s per dial: pulumi-command provider/pkg/provider/remote
-connection.go). Scripts travel over a channel's standard input into a 0700 temporary file, never in the command
-string, so neither the 128 KiB single-argument limit nor an error message ever carries a script.
+process; each command is a channel of its own. A dial that fails on the way (a timeout, a reset, a banner that
+never came) is retried a bounded number of times with a timeout per dial, as pulumi-command does
+(`dialErrorLimit` 10, 15 s per dial: pulumi-command provider/pkg/provider/remote connection.go). A dial that
+another would meet again is not retried: a refused connection or no route to the host (what paramiko gathers per
+address into NoValidConnectionsError: paramiko client.py `SSHClient.connect`), an unreachable network, a name
+that does not resolve, a host key other than the pinned one, a refused client key. Once a host is found
+unreachable, every later operation on it in this process fails at once with the same message, so a refresh of a
+host that is down costs one dial, not one per unit. Scripts travel over a channel's standard input into a 0700
+temporary file, never in the command string, so neither the 128 KiB single-argument limit nor an error message
+ever carries a script.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import io
 import re
 import select
@@ -20,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 import paramiko
+from paramiko.ssh_exception import NoValidConnectionsError
 
 DIAL_ATTEMPTS = 10
 DIAL_TIMEOUT_S = 15.0
@@ -33,6 +41,51 @@ class SshError(RuntimeError):
 
 class Unreachable(SshError):
     """No connection could be made: the host is down, the address is wrong, or its key is not the pinned one."""
+
+
+class HostKeyChanged(Unreachable):
+    """The host answered with another key than the pinned one: a reinstalled host, or someone in between. Only a key
+    checked another way than this connection tells which, so the message says how, and never to destroy."""
+
+
+# ssh-keyscan -t takes the key's algorithm family, not its full name.
+KEYSCAN_TYPES = {"ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "ecdsa-sha2-nistp256": "ecdsa",
+                 "ecdsa-sha2-nistp384": "ecdsa", "ecdsa-sha2-nistp521": "ecdsa"}
+
+
+def host_key_changed(target: "Target", shown: str) -> HostKeyChanged:
+    kind = KEYSCAN_TYPES.get((target.host_key or "").split()[0] if target.host_key else "", "ed25519")
+    port = "" if target.port == 22 else f"-p {target.port} "
+    return HostKeyChanged(
+        f"{target.address}:{target.port} presented another host key than the pinned one ({shown}), so nothing ran "
+        f"on it. Verify the host's key out of band: `ssh-keyscan -t {kind} {port}{target.address}` from a network "
+        f"you trust, compared with `ssh-keygen -lf /etc/ssh/ssh_host_{kind}_key.pub` on the host's console; if they "
+        "agree, update gpuhosts:*.ssh.hostKey to that key and run again; if they do not, someone may be in between: "
+        "do not connect")
+
+
+class KeyRefused(Unreachable):
+    """The host does not accept the client key."""
+
+
+# Dial errors that a second dial would meet again, by errno (socket.connect raises them; paramiko gathers the first
+# two per address into NoValidConnectionsError) and by getaddrinfo's code (EAI_AGAIN, a resolver that did not
+# answer, is worth another try).
+FINAL_ERRNOS = {errno.ECONNREFUSED: "connection refused", errno.EHOSTUNREACH: "no route to host",
+                errno.ENETUNREACH: "network unreachable", errno.EHOSTDOWN: "host is down"}
+FINAL_NAME_ERRORS = {socket.EAI_NONAME: "name does not resolve"}
+
+
+def final_reason(error: BaseException) -> str | None:
+    """Why no further dial could succeed, or None for a failure worth dialling again."""
+    if isinstance(error, NoValidConnectionsError):
+        reasons = {FINAL_ERRNOS.get(e.errno, "connection failed") for e in error.errors.values()}
+        return " and ".join(sorted(reasons))
+    if isinstance(error, socket.gaierror):
+        return FINAL_NAME_ERRORS.get(error.errno)
+    if isinstance(error, OSError) and not isinstance(error, socket.timeout):
+        return FINAL_ERRNOS.get(error.errno)
+    return None
 
 
 class ConnectionDropped(SshError):
@@ -80,6 +133,7 @@ class Connection:
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
         self.dials = 0
+        self._unreachable: Unreachable | None = None
 
     def _dial(self) -> paramiko.SSHClient:
         target = self.target
@@ -106,15 +160,18 @@ class Connection:
                 return client
             except paramiko.BadHostKeyException as error:
                 client.close()
-                raise Unreachable(f"{target.address}:{target.port} presented another host key than the pinned "
-                                  f"one ({error.key.get_name()}); check gpuhosts:*.ssh.hostKey") from None
+                raise host_key_changed(target, error.key.get_name()) from None
             except paramiko.AuthenticationException:
                 client.close()
-                raise Unreachable(f"{target.user}@{target.address}:{target.port} refused the key of "
-                                  "gpuhosts:sshPrivateKey") from None
+                raise KeyRefused(f"{target.user}@{target.address}:{target.port} refused the key of "
+                                 "gpuhosts:sshPrivateKey") from None
             except (OSError, socket.timeout, paramiko.SSHException, EOFError) as error:
                 client.close()
                 last = f"{type(error).__name__}: {error}"
+                reason = final_reason(error)
+                if reason is not None:
+                    raise Unreachable(f"could not reach {target.user}@{target.address}:{target.port}: {reason} "
+                                      f"({last}), so it was not dialled again") from None
                 if attempt + 1 < self._dial_attempts:
                     time.sleep(min(0.25 * (attempt + 1), 2.0))
         raise Unreachable(f"could not reach {target.user}@{target.address}:{target.port} after "
@@ -122,12 +179,29 @@ class Connection:
 
     def client(self) -> paramiko.SSHClient:
         with self._lock:
+            if self._unreachable is not None:
+                raise self._again(self._unreachable)
             transport = self._client.get_transport() if self._client else None
             if transport is None or not transport.is_active():
                 if self._client is not None:
                     self._client.close()
-                self._client = self._dial()
+                try:
+                    self._client = self._dial()
+                except Unreachable as error:
+                    self._client = None
+                    self._unreachable = error
+                    raise
             return self._client
+
+    @staticmethod
+    def _again(error: Unreachable) -> Unreachable:
+        """The first failure, raised afresh: each caller gets an exception of its own with the same message."""
+        return type(error)(str(error))
+
+    def forget_unreachable(self) -> None:
+        """Dial again from now on: for a wait on purpose through a time the host does not answer (its reboot)."""
+        with self._lock:
+            self._unreachable = None
 
     def close(self) -> None:
         with self._lock:

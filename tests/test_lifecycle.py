@@ -241,32 +241,64 @@ def test_an_unreachable_host_says_what_to_do(template, converged):
     with pytest.raises(ApplyError) as caught:
         converged.preview(program=program)
     message = str(caught.value)
-    assert "could not reach" in message and "--refresh=false" in message, message
+    assert "could not reach" in message and "connection refused" in message and "--refresh=false" in message, message
+    # One dial for the whole refresh: a refusal is not dialled again, and every other unit's probe fails at once
+    # with the same reason (gpuhosts/ssh.py).
+    assert converged.engine.connections() == 1, converged.engine.log
+    reads = [op for op in caught.value.ops if op.operation == "read"]
+    assert sorted(op.name for op in reads) == sorted(order_of(converged)) and {op.outcome for op in reads} == {"failed"}
+    assert len({op.error.split(": probe: ", 1)[1] for op in reads}) == 1, [op.error for op in reads]
     # Without the refresh the preview still plans from the state: nothing to do.
     assert converged.preview(program=program, refresh=False).changed() == {}
 
+    # `pulumi destroy` refreshes first (Pulumi.yaml) and stops there, naming the way on without the host.
     with pytest.raises(ApplyError) as caught:
         converged.destroy()
     message = str(caught.value)
-    assert "could not reach" in message and "pulumi destroy --continue-on-error" in message, message
-    assert "pulumi stack rm" in message, message
+    assert "could not reach" in message and "pulumi destroy --refresh=false --continue-on-error" in message, message
+    assert "pulumi stack rm --force" in message, message
     assert converged.engine.state() == state
 
     with pytest.raises(ApplyError) as caught:
-        converged.destroy(continue_on_error=True)
-    assert "pulumi stack rm" in str(caught.value)
+        converged.destroy(refresh=False, continue_on_error=True)
+    assert "pulumi stack rm --force" in str(caught.value)
     assert converged.engine.state() == state
     converged.engine.stack_rm()
     assert converged.engine.state() == {}
     assert tree_digest(converged.tree) == after
 
 
+def key_refusal(message: str, bed: Bed) -> None:
+    """A changed host key is refused with the way to verify it, never with advice to destroy anything."""
+    assert "presented another host key than the pinned one" in message, message
+    assert f"`ssh-keyscan -t ed25519 -p {bed.ssh.port} {bed.ssh.host}`" in message, message
+    assert "update gpuhosts:host.ssh.hostKey" in message, message
+    assert "destroy" not in message and "stack rm" not in message, message
+
+
 def test_a_host_that_shows_another_key_is_refused_before_anything_runs(converged):
+    pinned = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICsXHjlWhs3f2mkHV9MvWFYYsUeqST3abeFnm/3cM+DA"
     values = converged.values()
-    values["host"]["ssh"]["hostKey"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICsXHjlWhs3f2mkHV9MvWFYYsUeqST3abeFnm/3cM+DA"
-    converged.engine.stack_rm()
+    values["host"]["ssh"]["hostKey"] = pinned
+    # The state a converge with that pin left: since then the host shows another key (reinstalled, or someone in
+    # between), so the refresh of `up` meets it first.
+    state = converged.engine.state()
+    for entry in state.values():
+        for section in ("inputs", "outputs"):
+            if isinstance(entry[section].get("host"), dict):
+                entry[section]["host"]["hostKey"] = pinned
+    converged.engine._save(state)
     before = converged.digest()
     with pytest.raises(ApplyError) as caught:
         converged.up(values)
-    assert "presented another host key than the pinned one" in str(caught.value), str(caught.value)
+    key_refusal(str(caught.value), converged)
+    assert [op.operation for op in caught.value.ops if op.outcome == "ok"] == []
+    assert converged.engine.connections() == 1  # refused once, then at once for every other unit
+    assert converged.digest() == before and converged.engine.state() == state
+
+    # A first `up` with that pin: its first create is refused alike.
+    converged.engine.stack_rm()
+    with pytest.raises(ApplyError) as caught:
+        converged.up(values)
+    key_refusal(str(caught.value), converged)
     assert converged.digest() == before

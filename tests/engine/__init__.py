@@ -62,7 +62,6 @@ from pulumi.runtime.proto import provider_pb2_grpc
 PROJECT = Path(__file__).resolve().parents[2]
 HOST_UNIT_PREFIX = "pulumi-python:dynamic"
 PROVIDER_KEY = "__provider"
-DIAL_ATTEMPTS = "2"
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNIT_LOG = re.compile(r"^gpuhosts-unit: (?P<unit>\S+) (?P<script>ensure|teardown|probe) "
                       r"(?:changed=(?P<changed>true|false)|status=\S+ (?:lock_waits=(?P<waits>\d+) )?seconds=\S+)$")
@@ -149,9 +148,6 @@ class ProviderServer:
         environment = dict(env or os.environ)
         environment["PYTHONPATH"] = os.pathsep.join([str(PROJECT), environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         environment.setdefault("PULUMI_PROJECT", "gpuhosts")
-        # A simulated host on loopback answers the first dial or never: ten dials with back-off only make a test of
-        # an unreachable host slow (gpuhosts/provider.py `dial_attempts`).
-        environment.setdefault("GPUHOSTS_SSH_DIAL_ATTEMPTS", DIAL_ATTEMPTS)
         self.process = subprocess.Popen([sys.executable, "-u", "-m", "pulumi.dynamic"], stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, env=environment, cwd=PROJECT)
         port = self.process.stdout.readline().decode().strip()
@@ -290,6 +286,11 @@ class Engine:
                 targets: list[str] | None = None) -> Preview:
         """`pulumi preview`: the refresh and the steps, in a provider process of its own; nothing is saved."""
         self._check_targets(program, targets)
+        first = len(self.ops)
+        with self._this_run(first):
+            return self._preview(program, refresh, targets)
+
+    def _preview(self, program: list[dict[str, Any]], refresh: bool, targets: list[str] | None) -> Preview:
         self._start()
         try:
             stored = self.state()
