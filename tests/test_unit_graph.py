@@ -137,15 +137,30 @@ def test_the_trainers_downloads_and_environments_need_only_the_preflight():
     assert [u.key for u in graph.teardown_order][-1] == "preflight"
 
 
+def descendants(graph, key: str) -> set[str]:
+    """The units that need `key`, directly or through others."""
+    found: set[str] = set()
+    todo = [key]
+    while todo:
+        for other in graph.needed_by(todo.pop()):
+            if other not in found:
+                found.add(other)
+                todo.append(other)
+    return found
+
+
 @pytest.mark.parametrize("stack", ["kpro5", "kpro5-model-store", "kpro5-reboot", "trainer"])
 def test_every_plan_lists_each_need_before_its_unit(stack):
     if stack == "trainer":
         graph = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS)).graph
     elif stack == "kpro5-reboot":
         graph = kpro5_graph(lambda v: v["host"].update(allowReboot=True))
-        # The reboot waits for every host unit that may ask for one, and the containers wait for the reboot.
-        assert set(graph["reboot"].needs) == {"vfio-binding", "nvidia-driver"}
+        # The reboot waits for every host unit that may ask for one (all the host's own units the containers do
+        # not need first), and the containers wait for the reboot.
         assert graph["nvidia-uvm-at-boot"].needs == ("reboot",)
+        after_reboot = {"reboot", *descendants(graph, "reboot")}
+        assert set(graph["reboot"].needs) == {u.key for u in graph if u.container is None and u.key not in after_reboot}
+        assert {"vfio-binding", "nvidia-driver"} <= set(graph["reboot"].needs)
     else:
         graph = kpro5_graph(weights_on_host if stack == "kpro5-model-store" else None)
     seen: set[str] = set()
@@ -198,8 +213,11 @@ def test_the_plans_put_every_unit_of_a_service_or_benchmark_under_it_and_the_hos
     by_group = {}
     for u in graph:
         by_group.setdefault(u.group, []).append(u.kind)
-    assert by_group[()] == ["VfioBinding", "NvidiaDriver", "LxcGpuPassthrough"]
-    assert by_group[(("LxcContainer", "ct129"),)] == ["LxcGpuPassthrough", "ContainerUserspace", "ModelDownload"]
+    # A unit inside a container sits under it; the rest under the host or a container whose devices it gives.
+    assert all(u.group[:1] == (("LxcContainer", f"ct{u.container}"),) for u in graph if u.container is not None)
+    assert all(u.group == () or u.group[0][0] == "LxcContainer" for u in graph), [(u.key, u.group) for u in graph]
+    assert {"VfioBinding", "NvidiaDriver"} <= set(by_group[()])
+    assert {"LxcGpuPassthrough", "ContainerUserspace", "ModelDownload"} <= set(by_group[(("LxcContainer", "ct129"),)])
     assert by_group[(("LxcContainer", "ct129"), ("InferenceServiceStack", "qwen-sglang"))] == [
         "PythonEnv", "InferenceService", "DeployGate"]
     assert by_group[(("LxcContainer", "ct129"), ("BenchmarkStack", "spec-bakeoff"))] == ["DDTreeCheckout", "Benchmark"]
