@@ -152,7 +152,9 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
     update_grub(t, verbose=False)
     if bootloader == "systemd-boot":
         import contextlib, io
-        with contextlib.redirect_stdout(io.StringIO()):
+        # The seed is the state a host already has: what proxmox-boot-tool says while making it is no output of a
+        # test (it prints its progress on stderr, system.py `refresh`).
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             refresh(t)
 
     # guests
