@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fakehost import host_env  # noqa: E402
 from fakehost.tree import seed_kpro5, tree_digest, tree_listing  # noqa: E402
+from fakehost.pytools import packages as installed_packages  # noqa: E402
 from fakehost.util import configure  # noqa: E402
 
 CT = "var/lib/lxc/129/rootfs"
@@ -58,7 +59,7 @@ def engine_host(host):
 
 
 def packages(tree):
-    return json.loads((tree / CT / "opt/gpuhosts/llm/venv/.fakehost-packages.json").read_text())
+    return installed_packages(tree / CT / "opt/gpuhosts/llm/venv")
 
 
 # ---- python3, venvs and uv ------------------------------------------------------------------------------
@@ -91,7 +92,12 @@ def test_python3_venv_layout(host):
     boot = host / CT / "opt/gpuhosts/uv"
     assert (boot / "pyvenv.cfg").read_text().endswith("command = /usr/bin/python3 -m venv /opt/gpuhosts/uv\n")
     assert (boot / "bin/python3").is_symlink() and (boot / "bin/uv").is_file()
-    assert json.loads((boot / ".fakehost-packages.json").read_text())["uv"] == {"version": UV}
+    assert installed_packages(boot)["uv"] == {"version": UV}
+    # What pip records of it ("Recording installed projects"): a .dist-info in the venv's site-packages.
+    record = boot / f"lib/python3.11/site-packages/uv-{UV}.dist-info"
+    assert (record / "METADATA").read_text() == f"Metadata-Version: 2.1\nName: uv\nVersion: {UV}\n"
+    assert (record / "INSTALLER").read_text() == "pip\n"
+    assert (record / "RECORD").read_text().splitlines()[-1] == f"uv-{UV}.dist-info/RECORD,,"
 
 
 @pytest.mark.parametrize("spec, name, version, programs", [
@@ -115,11 +121,13 @@ def test_uv_pip_install_show_and_reinstall(engine_host, spec, name, version, pro
             "Name: huggingface-hub\nVersion: 0.36.0\n")
     if "vllm" in programs:
         assert ct(engine_host, '"$venv/bin/vllm" --version').stdout == version + "\n"
-    before, mtime = tree_digest(engine_host), (engine_host / CT / "opt/gpuhosts/llm/venv/.fakehost-packages.json").stat().st_mtime_ns
+    metadata = next((engine_host / CT / "opt/gpuhosts/llm/venv/lib/python3.12/site-packages").glob(
+        f"{name.replace('-', '_')}-*.dist-info/METADATA"))
+    before, mtime = tree_digest(engine_host), metadata.stat().st_mtime_ns
     p = ct(engine_host, install.replace("--quiet ", ""))
     assert "Audited 1 package" in p.stderr
     assert tree_digest(engine_host) == before
-    assert (engine_host / CT / "opt/gpuhosts/llm/venv/.fakehost-packages.json").stat().st_mtime_ns == mtime
+    assert metadata.stat().st_mtime_ns == mtime
 
 
 def test_uv_pip_show_missing(engine_host):

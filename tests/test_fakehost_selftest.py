@@ -9,6 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fakehost import host_env, kernel  # noqa: E402
 from fakehost.installer import make_fake_run  # noqa: E402
+from fakehost.pytools import packages as installed_packages  # noqa: E402
 from fakehost.tree import seed_kpro5, tree_digest, tree_listing  # noqa: E402
 from conftest import FIXTURES  # noqa: E402
 
@@ -449,7 +450,7 @@ def test_uv_require_hashes_covers_dependencies(host, lock, flags, rc, says):
     p = sh(host, f"{uv} venv -q $r/v && {uv} pip install -q --python $r/v/bin/python --require-hashes {flags} "
                  f"-r $r/lock.txt", check=False)
     assert (p.returncode, says in p.stderr) == (rc, True), p.stderr
-    installed = set(json.loads((host / "v/.fakehost-packages.json").read_text()))
+    installed = set(installed_packages(host / "v"))
     assert ("vllm" in installed) == (rc == 0)
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import PROJECT
 from fakehost import host_env
+from fakehost.pytools import packages as installed_packages
 from fakehost.tree import seed_kpro5
 from gpuhosts.config import ConfigError
 from gpuhosts.lock_tool import needed_locks, newest_locks, select_hashes, stack_files, stack_locks
@@ -211,8 +212,7 @@ def _ensure(node: Path, env: EnvSpec, monkeypatch, locks: Path | None = None):
 
 
 def _installed(node: Path, env: EnvSpec) -> dict:
-    found = json.loads((node / env.venv.lstrip("/") / ".fakehost-packages.json").read_text())
-    return {name: entry["version"] for name, entry in found.items()}
+    return {name: entry["version"] for name, entry in installed_packages(node / env.venv.lstrip("/")).items()}
 
 
 def test_an_environment_installs_exactly_its_lock_then_changes_nothing(node, monkeypatch):
@@ -274,5 +274,5 @@ def test_uv_pip_sync_stand_in(node, tmp_path, lock, flags, status, says, install
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=host_env(node), timeout=60)
     assert result.returncode == status, result.stdout + result.stderr
     assert says in result.stderr
-    found = json.loads((node / "v/.fakehost-packages.json").read_text())
+    found = installed_packages(node / "v")
     assert {n: e["version"] for n, e in found.items()} == (installed or {"stray": "9"})

@@ -1,7 +1,8 @@
 """Python inside a container: its ``/usr/bin/python3``, venvs, pip, uv and the engines' entry points.
 
-A venv is a directory with ``pyvenv.cfg``, ``bin/python`` (+ ``bin/python3``) and ``.fakehost-packages.json``
-(name -> {"version", "extras"?, "url"?}). Programs a package brings (``uv``, ``hf``, ``vllm``) appear in its
+A venv is a directory with ``pyvenv.cfg``, ``bin/python`` (+ ``bin/python3``) and, per installed distribution, the
+``.dist-info`` directory an installer leaves in its ``lib/pythonX.Y/site-packages`` (``dist_info``): what is
+installed is read back from those alone, as uv and pip read it. Programs a package brings (``uv``, ``hf``, ``vllm``) appear in its
 ``bin/`` as stand-ins. Stand-ins inside the tree call ``fakehost.cli`` through PYTHONPATH (set by ``host_env``),
 so the tree names no path of the checkout and a copied tree still works. Whatever a venv's python runs other than
 ``-m pip`` / ``-m venv`` / ``-m uv`` runs on the test interpreter itself: the engines are not installed for real.
@@ -10,6 +11,7 @@ Settings knobs: ``uv_fail_install`` (true, or a list of package names) and ``pip
 fail as without network, before anything is recorded.
 """
 import argparse
+import base64
 import hashlib
 import json
 import os
@@ -20,7 +22,6 @@ from pathlib import Path
 
 from .util import configure, stand_in_duration, Fail, root, settings, tree, unprefix, write
 
-PACKAGES = ".fakehost-packages.json"
 SYSTEM_PYTHON = "3.11.2"  # Debian 12
 PYTHONS = {"3": SYSTEM_PYTHON, "3.11": SYSTEM_PYTHON, "3.12": "3.12.11", "3.13": "3.13.7"}
 VENV_SEED = {"pip": "23.0.1", "setuptools": "66.1.1"}  # what Debian 12's ensurepip puts into a venv
@@ -95,26 +96,111 @@ def options(args):
 
 # ---- venvs ----------------------------------------------------------------------------------------------
 
+def venv_python(venv: Path) -> str:
+    """X.Y of the venv's Python, from its pyvenv.cfg (uv writes version_info, the venv module version)."""
+    cfg = venv / "pyvenv.cfg"
+    lines = cfg.read_text().splitlines() if cfg.is_file() else []
+    values = dict(line.split(" = ", 1) for line in lines if " = " in line)
+    return ".".join(values.get("version_info", values.get("version", SYSTEM_PYTHON)).split(".")[:2])
+
+
+def site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{venv_python(venv)}" / "site-packages"
+
+
+# What an installer records of each distribution ("Recording installed projects", the PyPA specification of PEP 376
+# as amended by PEP 627): a `{name}-{version}.dist-info` directory beside the importable packages, name and version
+# normalised with `-` written `_`, holding METADATA (core metadata: `Name:` as the project spells it, `Version:`),
+# INSTALLER (the tool's name), RECORD (every file of it as `path,sha256=<urlsafe base64, no padding>,size`, RECORD
+# itself with neither) and, for a distribution installed from a URL, direct_url.json (PEP 610, "Direct URL Data
+# Structure": `url` without the `git+` prefix or the revision, `vcs_info` with `vcs`, `requested_revision` and
+# `commit_id`).
+def dist_info_name(name: str, version: str) -> str:
+    return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version.replace('-', '_')}.dist-info"
+
+
+def direct_url(url: str) -> dict:
+    if not url.startswith("git+"):
+        return {"url": url, "archive_info": {}}
+    location = url[len("git+"):].split("#", 1)[0]
+    scheme, _, rest = location.partition("://")
+    host, _, path = rest.partition("/")
+    path, at, revision = path.partition("@")
+    vcs = {"vcs": "git", "commit_id": revision if re.fullmatch(r"[0-9a-f]{40}", revision)
+           else hashlib.sha1(url.encode()).hexdigest()}
+    if at:
+        vcs["requested_revision"] = revision
+    return {"url": f"{scheme}://{host}/{path}", "vcs_info": vcs}
+
+
+def url_of(record: dict) -> str:
+    """The requirement's URL again from a direct_url.json."""
+    vcs = record.get("vcs_info")
+    if not vcs:
+        return record["url"]
+    revision = vcs.get("requested_revision")
+    return f"git+{record['url']}" + (f"@{revision}" if revision else "")
+
+
+def dist_info(site: Path, spelled: str, entry: dict, installer: str) -> None:
+    d = site / dist_info_name(spelled, entry["version"])
+    files = {"METADATA": f"Metadata-Version: 2.1\nName: {spelled}\nVersion: {entry['version']}\n",
+             "INSTALLER": installer + "\n"}
+    if "url" in entry:
+        files["direct_url.json"] = json.dumps(direct_url(entry["url"]), separators=(",", ":"))
+    record = []
+    for name, text in files.items():
+        data = text.encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{d.name}/{name},sha256={digest},{len(data)}\n")
+        put(d / name, data)
+    put(d / "RECORD", "".join(record) + f"{d.name}/RECORD,,\n")
+
+
+def installed(venv: Path) -> dict:
+    """{normalised name: (its .dist-info directory, {"version", "url"?})} of what the venv's site-packages holds."""
+    found = {}
+    for metadata in sorted(venv.glob("lib/python*/site-packages/*.dist-info/METADATA")):
+        headers = metadata.read_text().split("\n\n", 1)[0]
+        fields = dict(line.split(": ", 1) for line in headers.splitlines() if ": " in line)
+        if "Name" not in fields or "Version" not in fields:
+            continue
+        entry = {"version": fields["Version"]}
+        url = metadata.parent / "direct_url.json"
+        if url.is_file():
+            entry["url"] = url_of(json.loads(url.read_text()))
+        found[norm(fields["Name"])] = (metadata.parent, entry)
+    return found
+
+
 def packages(venv: Path) -> dict:
-    p = venv / PACKAGES
-    return json.loads(p.read_text()) if p.is_file() else {}
+    return {name: entry for name, (_, entry) in installed(venv).items()}
 
 
-def save(venv: Path, pk: dict):
-    put(venv / PACKAGES, json.dumps(pk, indent=1, sort_keys=True) + "\n")
+def save(venv: Path, pk: dict, spelling: dict | None = None, installer: str = "uv"):
+    """The venv holds exactly `pk`: a distribution whose version or URL changed gets a new .dist-info, one not in
+    `pk` loses its own; an unchanged one is left as it is (its files, digests and mtimes)."""
+    site = site_packages(venv)
+    have = installed(venv)
+    for name, (directory, entry) in have.items():
+        if pk.get(name) != entry:
+            shutil.rmtree(directory)
+    for name, entry in pk.items():
+        if have.get(name, (None, None))[1] != entry:
+            dist_info(site, (spelling or {}).get(name, name), entry, installer)
     for name, prog in ENTRY_POINTS.items():
         if name in pk:
             put(venv / "bin" / prog, stub(prog, f"{prog} from {name}"), 0o755)
 
 
-def make_venv(venv: Path, cfg: dict, seed: dict, clear=False):
+def make_venv(venv: Path, cfg: dict, seed: dict, clear=False, installer="pip"):
     if clear and venv.is_dir():
         for p in venv.iterdir():  # --clear empties the directory, the directory itself stays
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     put(venv / "pyvenv.cfg", "".join(f"{k} = {v}\n" for k, v in cfg.items()))
     put(venv / "bin/python", stub("venv-python", "A venv's python"), 0o755)
     put_link(venv / "bin/python3", "python")
-    save(venv, {**{n: {"version": v} for n, v in seed.items()}, **packages(venv)})
+    save(venv, {**{n: {"version": v} for n, v in seed.items()}, **packages(venv)}, installer=installer)
 
 
 def python_m_venv(args, python: str) -> int:
@@ -175,12 +261,13 @@ def norm(name: str) -> str:
 
 
 def parse_spec(spec: str):
-    """``name==v``, ``name[extra]==v``, ``name>=v``, ``name``, ``name @ git+https://…@REF`` -> (name, entry)."""
+    """``name==v``, ``name[extra]==v``, ``name>=v``, ``name``, ``name @ git+https://…@REF`` -> (name, entry).
+    Extras select dependencies; the installed distribution does not record them."""
     m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?\s*(.*?)\s*", spec)
     if not m:
         raise Fail(f"error: Failed to parse: `{spec}`", 2)
-    name, extras, rest = norm(m.group(1)), m.group(2), m.group(3)
-    entry = {"extras": sorted(e.strip() for e in extras.split(",") if e.strip())} if extras else {}
+    name, rest = norm(m.group(1)), m.group(3)
+    entry = {}
     if rest.startswith("@"):
         url = rest[1:].strip()
         ref = re.search(r"@([^@/]+)$", url.split("#")[0])
@@ -191,6 +278,12 @@ def parse_spec(spec: str):
     else:
         raise Fail(f"error: Failed to parse: `{spec}`", 2)
     return name, entry
+
+
+def spellings(specs) -> dict:
+    """{normalised name: the name as the requirement spells it}: what the distribution's METADATA then says."""
+    return {norm(m.group(1)): m.group(1) for s in specs
+            if (m := re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", s))}
 
 
 def requirement_lines(text: str) -> list:
@@ -256,7 +349,7 @@ def failing(knob: str, names) -> str | None:
     return next((n for n in names if want is True or (isinstance(want, list) and n in want)), None)
 
 
-def install(venv: Path, specs, deps=True) -> list:
+def install(venv: Path, specs, deps=True, installer="uv") -> list:
     """Records the packages; answers [(name, old entry or None, new entry)] for what changed. Without `deps`
     (`--no-deps`, a lock's pins) only the named packages."""
     parsed = [parse_spec(s) for s in specs]
@@ -270,7 +363,7 @@ def install(venv: Path, specs, deps=True) -> list:
             if pk.get(n) != e:
                 changes.append((n, pk.get(n), e))
                 pk[n] = e
-    save(venv, pk)
+    save(venv, pk, spellings(specs), installer)
     return changes
 
 
@@ -300,7 +393,7 @@ def pip(venv: Path, args) -> int:
                    f"ERROR: No matching distribution found for {spec}", 1)
     if any(parse_spec(spec)[0] in ("sglang", "vllm", "speculators") for spec in specs):
         stand_in_duration("env")
-    changes = install(venv, specs)
+    changes = install(venv, specs, installer="pip")
     if not quiet:
         changed = {n for n, _, _ in changes}
         for s in specs:
@@ -369,7 +462,8 @@ def uv_venv(args, version) -> int:
         print(f"Using CPython {python}\nCreating virtual environment {'with seed packages ' if '--seed' in opts else ''}"
               f"at: {d}\nActivate with: source {d}/bin/activate", file=sys.stderr)
     make_venv(v, {"home": "/usr/bin", "implementation": "CPython", "uv": version, "version_info": python,
-                  "include-system-site-packages": "false"}, UV_SEED if "--seed" in opts else {}, clear=clear)
+                  "include-system-site-packages": "false"}, UV_SEED if "--seed" in opts else {}, clear=clear,
+              installer="uv")
     return 0
 
 
@@ -396,7 +490,7 @@ def uv_sync(venv: Path, specs, quiet) -> int:
     have = packages(venv)
     removed = [(n, e) for n, e in sorted(have.items()) if n not in parsed]
     added = [(n, have.get(n), e) for n, e in sorted(parsed.items()) if have.get(n) != e]
-    save(venv, parsed)
+    save(venv, parsed, spellings(specs))
     for name, _ in removed:
         if name in ENTRY_POINTS.keys() and (venv / "bin" / ENTRY_POINTS[name]).exists():
             (venv / "bin" / ENTRY_POINTS[name]).unlink()
@@ -447,8 +541,7 @@ def uv_install(venv: Path, specs, quiet, deps=True) -> int:
 
 def uv_show(venv: Path, names) -> int:
     pk = packages(venv)
-    cfg = dict(l.split(" = ", 1) for l in (venv / "pyvenv.cfg").read_text().splitlines() if " = " in l)
-    py = ".".join(cfg.get("version_info", cfg.get("version", SYSTEM_PYTHON)).split(".")[:2])
+    py = venv_python(venv)
     found = [norm(n) for n in names if norm(n) in pk]
     out = []
     for n in found:
