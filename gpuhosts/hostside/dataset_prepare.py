@@ -10,11 +10,17 @@ with the speculators environment's python. The standard library only, except pya
         strict-template transform; prints {"rows": N, "skipped": M, "sha256": ...}. REPO defaults to OUT's stem.
     dataset-prepare.py mix --spec SPEC.json --out DIR
         SPEC: {"seed": S, "sources": [{"name": "<repo>@<rev>:<split>", "converted": PATH, "count": N}]}. Takes
-        the first N rows of each converted file after a shuffle seeded by S and the source's name, shuffles the
-        union with S, writes DIR/mix.jsonl and then DIR/manifest.json; prints the manifest.
+        N distinct samples of each converted file in an order seeded by S and the source's name, skipping a row
+        whose sample (its turns, lower-cased, whitespace collapsed) an earlier source of the spec or an earlier
+        row gave; shuffles the union with S, writes DIR/mix.jsonl and then DIR/manifest.json (per source: kept,
+        dropped, and whose duplicates they were); prints the manifest.
+    dataset-prepare.py files --split SPLIT [--subset DIR] [--data-files PATTERN...] REPO_DIR
+        The files of a downloaded repository that the source reads, one a line: those PATTERNs match, else the
+        split's by the Hub's rule (see split_files).
 
-Exit codes: 0 done; 2 bad input (unknown converter, unreadable input or spec, a source with fewer rows than asked);
-1 anything else. Every file is written to a temporary name and renamed, so an interrupted run leaves no half file.
+Exit codes: 0 done; 2 bad input (unknown converter, unreadable input or spec, a source with fewer rows or distinct
+samples than asked, a split with no file); 1 anything else. Every file is written to a temporary name and renamed,
+so an interrupted run leaves no half file.
 
 The strict-template transform follows what Qwen3.5/3.6's chat template refuses (its `raise_exception` calls: "No
 messages provided.", "No user query found in messages.", "System message must be at the beginning.", "Unexpected
@@ -32,6 +38,7 @@ import random
 import re
 import sys
 import tempfile
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -311,6 +318,168 @@ def strict_template(turns: list[Turn]) -> list[dict] | None:
                    for t in out]
 
 
+# --- which files of a repository are a split's: the Hub's rule -----------------------------------------------
+#
+# A source without dataFiles reads the files the Hub itself assigns to its split: the `datasets` library's data-files
+# resolution, which the Hub's viewer and `load_dataset` share (huggingface/datasets 5.0.0, the release speculators
+# 0.7.0's environment locks, src/datasets/data_files.py: SPLIT_PATTERN_SHARDED, SPLIT_KEYWORDS,
+# KEYWORDS_IN_FILENAME_BASE_PATTERNS / KEYWORDS_IN_DIR_NAME_BASE_PATTERNS for fsspec >= 2023.12,
+# DEFAULT_PATTERNS_SPLIT_IN_FILENAME, DEFAULT_PATTERNS_SPLIT_IN_DIR_NAME, DEFAULT_PATTERNS_ALL, ALL_DEFAULT_PATTERNS,
+# FILES_TO_IGNORE, _get_data_files_patterns, resolve_pattern; src/datasets/load.py HubDatasetModuleFactory.get_module
+# and infer_module_for_data_files_list; the Hub's docs, "File names and splits": files named after no split are all
+# `train`). A README's `configs:` block is not read: a source that needs one names its files in dataFiles.
+
+SPLIT_PATTERN_SHARDED = "data/{split}-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]*.*"
+SPLIT_KEYWORDS = {"train": ["train", "training"], "validation": ["validation", "valid", "dev", "val"],
+                  "test": ["test", "testing", "eval", "evaluation"]}
+_SEP = "-._ 0-9"
+_IN_FILENAME = ["**/{keyword}[{sep}]*", "**/*[{sep}]{keyword}[{sep}]*"]
+_IN_DIR_NAME = ["**/{keyword}/**", "**/{keyword}[{sep}]*/**", "**/*[{sep}]{keyword}/**", "**/*[{sep}]{keyword}[{sep}]*/**"]
+DEFAULT_PATTERNS_SPLIT_IN_FILENAME = {split: [p.format(keyword=k, sep=_SEP) for k in keywords for p in _IN_FILENAME]
+                                      for split, keywords in SPLIT_KEYWORDS.items()}
+DEFAULT_PATTERNS_SPLIT_IN_DIR_NAME = {split: [p.format(keyword=k, sep=_SEP) for k in keywords for p in _IN_DIR_NAME]
+                                      for split, keywords in SPLIT_KEYWORDS.items()}
+DEFAULT_PATTERNS_ALL = {"train": ["**"]}
+DEFAULT_PATTERNS_LOGS = {"logs": ["**/*.eval"]}
+ALL_DEFAULT_PATTERNS = [DEFAULT_PATTERNS_LOGS, DEFAULT_PATTERNS_SPLIT_IN_DIR_NAME, DEFAULT_PATTERNS_SPLIT_IN_FILENAME,
+                        DEFAULT_PATTERNS_ALL]
+FILES_TO_IGNORE = {"README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
+                   "dataset_dict.json"}
+_SPLIT_NAME = re.compile(r"^\w+(\.\w+)*$")  # datasets naming._split_re
+# The text and table formats of packaged_modules._EXTENSION_TO_MODULE, by module (each also takes .zip). The media
+# folders (images, audio, video, meshes, PDFs, NIfTI) are left out: no converter reads them, so a repository of media
+# resolves to no file here rather than to an image data set.
+MODULE_EXTENSIONS = {"csv": [".csv", ".tsv"], "json": [".json", ".jsonl", ".ndjson"],
+                     "parquet": [".parquet", ".geoparquet", ".gpq"], "arrow": [".arrow"], "text": [".txt"],
+                     "conll": [".conll", ".conllu"], "webdataset": [".tar"], "xml": [".xml"], "hdf5": [".hdf5", ".h5"],
+                     "eval": [".eval"], "lance": [".lance"], "tsfile": [".tsfile"]}
+_EXTENSION_MODULE = {ext: module for module, exts in MODULE_EXTENSIONS.items() for ext in exts}
+# infer_module_for_data_files_list: the most common extension wins; on a draw this order, then the name.
+_FAVOURED = (".parquet", ".lance", ".arrow", ".jsonl", ".json", ".csv")
+# What read_rows below can read.
+READABLE = (".jsonl", ".json", ".parquet")
+
+
+def _glob_match(pattern: str, path: str) -> bool:
+    """fsspec >= 2023.12's glob on a relative path (fsspec.utils.glob_translate, Python 3.13's glob.translate): `**`
+    as a whole component is any number of components, none too, except last, where it is what lies below the folder
+    before it (so `train.*/**` is no file named train.*); `*`, `?` and `[...]` match within one component,
+    case-sensitively."""
+    def match(pattern_parts: list[str], path_parts: list[str]) -> bool:
+        if not pattern_parts:
+            return not path_parts
+        head, rest = pattern_parts[0], pattern_parts[1:]
+        if head == "**" and not rest:
+            return bool(path_parts)
+        if head == "**":
+            return any(match(rest, path_parts[i:]) for i in range(len(path_parts) + 1))
+        return bool(path_parts) and fnmatchcase(path_parts[0], head) and match(rest, path_parts[1:])
+    return match(pattern.split("/"), path.split("/"))
+
+
+def _hidden_parts(path: str) -> int:
+    return sum(1 for part in path.split("/") if part.startswith(".") and set(part) != {"."})
+
+
+def resolve_pattern(pattern: str, paths: Iterable[str], extensions: Iterable[str] | None = None) -> list[str]:
+    """resolve_pattern on a listing: the files the pattern matches, less README.md and the other FILES_TO_IGNORE
+    (unless named), hidden files and those in hidden or `__` folders (unless the pattern names such a part), and,
+    given `extensions`, files with none of them among their suffixes."""
+    ignore = FILES_TO_IGNORE - {pattern.rsplit("/", 1)[-1]}
+    special = sum(1 for part in pattern.split("/")[:-1] if part.startswith("__"))
+    found = []
+    for path in paths:
+        name = path.rsplit("/", 1)[-1]
+        if name in ignore or not _glob_match(pattern, path):
+            continue
+        if sum(1 for part in path.split("/")[:-1] if part.startswith("__")) != special:
+            continue
+        if _hidden_parts(path) != _hidden_parts(pattern):
+            continue
+        if extensions is not None and not any("." + s in extensions for s in name.split(".")[1:]):
+            continue
+        found.append(path)
+    return found
+
+
+def split_patterns(paths: Iterable[str]) -> dict[str, list[str]]:
+    """_get_data_files_patterns: each split of the repository with the patterns that make it, in the library's
+    order (sharded data/<split>-NNNNN-of-NNNNN first, then folders named after splits, then file names, then every
+    file as train)."""
+    paths = list(paths)
+    sharded = resolve_pattern(SPLIT_PATTERN_SHARDED.replace("{split}", "*"), paths)
+    if sharded:
+        splits = {re.match(r"^(.+)-[0-9]{5}-of-[0-9]{5}", p.rsplit("/", 1)[-1])[1] for p in sharded}
+        bad = sorted(s for s in splits if not _SPLIT_NAME.match(s))
+        if bad:
+            raise InputError(f"split names {bad} of the sharded files are not word characters (datasets refuses them)")
+        ordered = [s for s in SPLIT_KEYWORDS if s in splits] + sorted(splits - set(SPLIT_KEYWORDS))
+        return {s: [SPLIT_PATTERN_SHARDED.format(split=s)] for s in ordered}
+    for patterns in ALL_DEFAULT_PATTERNS:
+        found = {split: ps for split, ps in patterns.items() if any(resolve_pattern(p, paths) for p in ps)}
+        if found:
+            return found
+    return {}
+
+
+def _module_files(files: list[str]) -> list[str]:
+    """infer_module_for_data_files_list, then DataFilesList.filter: the files of the most common format."""
+    counts: dict[str, int] = {}
+    for path in files:
+        for suffix in path.rsplit("/", 1)[-1].split(".")[1:]:
+            counts["." + suffix.lower()] = counts.get("." + suffix.lower(), 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (item[1], *(item[0] == f for f in _FAVOURED), item[0]),
+                    reverse=True)
+    module = next((_EXTENSION_MODULE[ext] for ext, _ in ranked if ext in _EXTENSION_MODULE), None)
+    if module is None:
+        return []
+    keep = re.compile(".*(" + "|".join(re.escape(e) for e in MODULE_EXTENSIONS[module] + [".zip"]) + r")(\..+)?$")
+    return [path for path in files if keep.match(path)]
+
+
+def split_files(paths: Iterable[str], split: str, subset: str | None = None,
+                data_files: Iterable[str] = ()) -> list[str]:
+    """The files of a repository listing (relative paths) that are `split`'s: those `data_files` name (shell
+    patterns), else the split's by the Hub's rule; under the folder `subset` when given (datasets' data_dir)."""
+    paths = sorted(paths)
+    if subset:
+        prefix = subset.rstrip("/") + "/"
+        paths = [p[len(prefix):] for p in paths if p.startswith(prefix)]
+    patterns = list(data_files) or split_patterns(paths).get(split, [])
+    allowed = [ext for exts in MODULE_EXTENSIONS.values() for ext in exts] + [".zip"]
+    found = sorted({path for pattern in patterns for path in resolve_pattern(pattern, paths, allowed)})
+    found = _module_files(found)
+    return [f"{subset.rstrip('/')}/{p}" if subset else p for p in found]
+
+
+def list_files(directory: Path) -> list[str]:
+    """A downloaded repository's files, relative; `hf download`'s own bookkeeping (.cache/) and gpuhosts' markers are
+    not the repository's."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                  if p.is_file() and ".cache" not in p.relative_to(directory).parts
+                  and not p.name.startswith(".gpuhosts-"))
+
+
+def resolve_files(directory: Path, split: str, subset: str | None, data_files: list[str]) -> list[str]:
+    """The files to convert, or an InputError that names what the repository has."""
+    paths = list_files(directory)
+    found = split_files(paths, split, subset, data_files)
+    where = f" of subset {subset}" if subset else ""
+    if not found:
+        if data_files:
+            raise InputError(f"no file{where} matches dataFiles {' '.join(data_files)} (files: "
+                             f"{', '.join(paths[:20]) or 'none'}); check the source's dataFiles")
+        splits = ", ".join(split_patterns([p[len(subset) + 1:] for p in paths if p.startswith(subset + "/")]
+                                          if subset else paths)) or "none"
+        raise InputError(f"the download has no file of split '{split}'{where} by the Hub's rule (its splits: "
+                         f"{splits}); check the source's split, subset and dataFiles")
+    unreadable = [p for p in found if not p.lower().endswith(READABLE)]
+    if unreadable:
+        raise InputError(f"split '{split}'{where} is {', '.join(unreadable[:5])}: not .jsonl, .json or .parquet; "
+                         "name readable files in dataFiles")
+    return found
+
+
 # --- reading and writing -------------------------------------------------------------------------------------
 
 def read_rows(path: Path) -> Iterator[dict | None]:
@@ -414,25 +583,63 @@ def _read_spec(path: Path) -> tuple[int, list[dict]]:
     return seed, sources
 
 
+def sample_key(line: bytes) -> bytes:
+    """What makes two rows the same sample: their turns' roles and texts, lower-cased with whitespace collapsed
+    (a copy re-exported by another set differs in case and spacing at most), hashed."""
+    row = _json(line.decode("utf-8"))
+    turns = row.get("conversations") if isinstance(row, dict) else None
+    if not isinstance(turns, list):
+        raise InputError(f"not a converted row: {line[:80]!r}")
+    normalised = [[t.get("from"), " ".join(str(t.get("value", "")).lower().split())] for t in turns
+                  if isinstance(t, dict)]
+    return hashlib.sha256(json.dumps(normalised, ensure_ascii=False).encode("utf-8")).digest()[:16]
+
+
 def mix(spec_path: Path, out: Path) -> dict:
+    """Each source's `count` distinct samples: its rows in an order seeded by the seed and its name, a row whose
+    sample an earlier source (in the spec's order) or an earlier row already gave skipped as a duplicate; then the
+    union shuffled with the seed."""
     seed, sources = _read_spec(spec_path)
     picked: list[tuple[int, int]] = []
     entries = []
-    for index, item in enumerate(sources):
-        path = Path(item["converted"])
-        if not path.is_file():
-            raise InputError(f"source {item['name']}: converted file {path} does not exist")
-        offsets = _line_offsets(path)
-        if len(offsets) < item["count"]:
-            raise InputError(f"source {item['name']}: {path} has {len(offsets)} rows, the mix asks for {item['count']}; "
-                             "lower its count or convert more of it")
-        # Seeded by the source's name too: reordering the spec's sources does not change what each contributes.
-        random.Random(f"{seed}:{item['name']}").shuffle(offsets)
-        picked += [(index, offset) for offset in offsets[:item["count"]]]
-        entries.append({"name": item["name"], "count": item["count"], "sha256": _file_sha256(path)})
-    random.Random(seed).shuffle(picked)
-    handles = [Path(item["converted"]).open("rb") for item in sources]
+    seen: dict[bytes, int] = {}
+    handles = []
     try:
+        for index, item in enumerate(sources):
+            path = Path(item["converted"])
+            if not path.is_file():
+                raise InputError(f"source {item['name']}: converted file {path} does not exist")
+            offsets = _line_offsets(path)
+            if len(offsets) < item["count"]:
+                raise InputError(f"source {item['name']}: {path} has {len(offsets)} rows, the mix asks for "
+                                 f"{item['count']}; lower its count or convert more of it")
+            # Seeded by the source's name too: reordering the spec's sources does not change the order a source's
+            # rows are drawn in, only which source keeps a sample two of them share.
+            random.Random(f"{seed}:{item['name']}").shuffle(offsets)
+            handle = path.open("rb")
+            handles.append(handle)
+            kept, duplicates = [], {}
+            for offset in offsets:
+                if len(kept) == item["count"]:
+                    break
+                handle.seek(offset)
+                key = sample_key(handle.readline())
+                if key in seen:
+                    owner = sources[seen[key]]["name"]
+                    duplicates[owner] = duplicates.get(owner, 0) + 1
+                    continue
+                seen[key] = index
+                kept.append(offset)
+            dropped = sum(duplicates.values())
+            if len(kept) < item["count"]:
+                raise InputError(
+                    f"source {item['name']}: {len(kept)} distinct samples ({dropped} of its rows repeat samples "
+                    f"already taken: {', '.join(f'{n} from {o}' for o, n in duplicates.items())}); the mix asks "
+                    f"for {item['count']}; lower its count to at most {len(kept)}")
+            picked += [(index, offset) for offset in kept]
+            entries.append({"name": item["name"], "count": item["count"], "kept": len(kept), "dropped": dropped,
+                            "duplicatesOf": duplicates, "sha256": _file_sha256(path)})
+        random.Random(seed).shuffle(picked)
         with _Atomic(out / "mix.jsonl") as target:
             for index, offset in picked:
                 handles[index].seek(offset)
@@ -441,7 +648,8 @@ def mix(spec_path: Path, out: Path) -> dict:
     finally:
         for handle in handles:
             handle.close()
-    manifest = {"seed": seed, "total": len(picked), "sources": entries, "sha256": target.digest.hexdigest()}
+    manifest = {"seed": seed, "total": len(picked), "dropped": sum(e["dropped"] for e in entries),
+                "sources": entries, "sha256": target.digest.hexdigest()}
     with _Atomic(out / "manifest.json") as written:
         written.write((json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
     return manifest
@@ -458,10 +666,19 @@ def main(argv: list[str] | None = None) -> int:
     mix_cmd = commands.add_parser("mix", help="draw the declared counts from the converted files and shuffle them")
     mix_cmd.add_argument("--spec", required=True, type=Path)
     mix_cmd.add_argument("--out", required=True, type=Path)
+    files_cmd = commands.add_parser("files", help="the files of a downloaded repository that are a split's")
+    files_cmd.add_argument("--split", required=True)
+    files_cmd.add_argument("--subset", default="")
+    files_cmd.add_argument("--data-files", nargs="*", default=[])
+    files_cmd.add_argument("directory", type=Path)
     args = parser.parse_args(argv)
     try:
         if args.command == "convert":
             result = convert(args.converter, args.inputs, args.out, args.source or args.out.stem)
+        elif args.command == "files":
+            for path in resolve_files(args.directory, args.split, args.subset or None, args.data_files):
+                print(path)
+            return 0
         else:
             result = mix(args.spec, args.out)
     except InputError as error:
