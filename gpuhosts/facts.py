@@ -47,14 +47,6 @@ def files_facts(files) -> list[Fact]:
     return [file_fact(f) for f in files]
 
 
-def systemd_fact(unit_name: str, *, enabled: bool = True, active: bool = True) -> Fact:
-    """A systemd unit's enablement and activity, as `systemctl is-enabled` / `is-active` word them."""
-    quoted = shlex.quote(unit_name)
-    probe = f"{{ systemctl is-enabled {quoted}; systemctl is-active {quoted}; }} | paste -sd ' ' -"
-    return Fact(f"systemd {unit_name}", probe,
-                f"{'enabled' if enabled else 'disabled'} {'active' if active else 'inactive'}")
-
-
 # --- the systemd units gpuhosts installs -------------------------------------------------------------------------
 # What a probe reads of such a unit is what systemd has loaded: the unit file merged with every drop-in, a mask
 # included. One `systemctl show -p …` gives it (systemctl(1) "show": with -p a property is printed even when empty);

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from gpuhosts.config import StackConfig
 from gpuhosts.engines import EngineDriver, driver_for, shipped_paths
-from gpuhosts.facts import Fact, desired, files_facts, systemd_fact
+from gpuhosts.facts import Fact, desired, files_facts, systemd_unit_facts
 from gpuhosts.plans.gate_script import render_gate_script
 from gpuhosts.paths import SERVICE_ROOT
 from gpuhosts.plans.python_env import in_container, probe_in
@@ -114,7 +114,7 @@ def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tu
                   env_file=environment_file(service), key_variable=secret_variable(service, driver),
                   own_files=[files.unit.path] + ([environment_file(service)] if secret else []),
                   shared_files=shared, own_dirs=[ENV_DIR, *dict.fromkeys(path.rsplit("/", 1)[0] for path in shared)])
-    facts = [*files_facts(installed), systemd_fact(service.unit_name, enabled=service.enabled, active=service.enabled)]
+    facts = [*files_facts(installed), *systemd_unit_facts(files.unit, enabled=service.enabled, active=service.enabled)]
     if secret:
         # The key file's content is a secret: only its presence and mode are facts.
         env_file = environment_file(service)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from gpuhosts.config import ContainerConfig, StackConfig
-from gpuhosts.facts import Fact, desired, file_fact, observation, render_probe, systemd_fact
+from gpuhosts.facts import Fact, desired, file_fact, observation, render_probe, systemd_unit_facts
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
@@ -26,7 +26,7 @@ def plan_uvm_at_boot(config: StackConfig, needs: tuple[str, ...]) -> Unit:
     gpus = sorted({gpu.address for container in config.containers for gpu in config.container_gpus(container.vmid)})
     values = dict(unit=UVM_AT_BOOT, uvm_unit=unit_file, uvm_unit_name=UVM_UNIT, container_gpus=gpus)
     node = "[ -e \"$root{node}\" ] && echo present || echo missing"
-    facts = [file_fact(unit_file), systemd_fact(UVM_UNIT),
+    facts = [file_fact(unit_file), *systemd_unit_facts(unit_file),
              *(Fact(f"node {path}", node.format(node=path), "present") for path in CONTROL_NODES),
              *(Fact(f"node of GPU {address}", f"gpu_node {shlex.quote(address)}", "present") for address in gpus)]
     return Unit(

@@ -8,14 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuhosts.engines.speculators import Invocation
-from gpuhosts.facts import desired, files_facts, render_probe, systemd_fact
+from gpuhosts.facts import desired, files_facts, render_probe, systemd_unit_facts
 from gpuhosts.render import HostFile
 from gpuhosts.units import Unit
 
 
 def service_unit(key: str, kind: str, unit_name: str, files: list[HostFile], ensure: str, teardown: str,
                  needs: tuple[str, ...], stdin_secret: str | None = None, keeps: str = "") -> Unit:
-    facts = [*files_facts(files), systemd_fact(unit_name)]
+    unit_file = next((f for f in files if f.path == f"/etc/systemd/system/{unit_name}"), None)
+    if unit_file is None:
+        raise ValueError(f"unit {key}: {unit_name} is not among the files it installs")
+    facts = [*files_facts(files), *systemd_unit_facts(unit_file)]
     return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, facts),
                 desired=desired(facts), needs=needs, files=tuple(files), stdin_secret=stdin_secret,
                 undoes=f"{unit_name} stopped and removed with its {len(files)} file(s); {keeps}")

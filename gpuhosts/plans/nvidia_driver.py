@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuhosts.config import GpuUse, StackConfig
-from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_fact
+from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_unit_facts
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
@@ -35,7 +35,7 @@ def driver_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
         # Until a reboot finishes an upgrade the old module stays loaded; the preview shows that as drift.
         Fact("loaded module", "module_version", version),
         Fact("loaded module type", "module_type", config.nvidia.kernel_module_type.value),
-        systemd_fact(PERSISTENCED_UNIT),
+        *systemd_unit_facts(files["persistenced_unit"]),
     ]
 
 

@@ -10,7 +10,7 @@ if [ "$status" != running ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step e81d5ba06e7c91e2); fails the deploy below
+# Inside container 129: the deploy gate of qwen-sglang (service step 0921ccfa23aacaf3); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
 service=qwen-sglang
 python=/opt/gpuhosts/qwen-sglang/venv/bin/python

@@ -17,6 +17,7 @@ if [ -z "$secret" ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-service-qwen-sglang]
+# [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # Inside container 129: the systemd unit of service qwen-sglang (enabled).
 unit_name=gpuhosts-qwen-sglang.service
 enabled=true
@@ -44,6 +45,8 @@ install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
 # [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:7f1c3468c7cb4676]
 GPUHOSTS_EOF
 }
+systemd_repair "$unit_name"
+[ "$systemd_repaired" = 0 ] || restart=1
 with_lock services install_service_files
 # The API key: from stdin into a 0600 EnvironmentFile, the only place it is written.
 service=qwen-sglang

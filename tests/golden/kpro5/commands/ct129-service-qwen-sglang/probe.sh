@@ -6,10 +6,16 @@ probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-service-qwen-sglang]
 # The probe of ct129-service-qwen-sglang: reads the host and changes nothing; prints one facts line.
+# [templates/common/systemd-show.sh.j2 sha256:0995c6255c65608e properties=ExecStart,Environment,User,UnitFileState,ActiveState,DropInPaths]
+systemd_shown[gpuhosts-qwen-sglang.service]="$(systemd_show gpuhosts-qwen-sglang.service)"
 fact 'file /etc/systemd/system/gpuhosts-qwen-sglang.service' "$( { file_state /etc/systemd/system/gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
 fact 'file /usr/local/lib/gpuhosts/sglang-serve.py' "$( { file_state /usr/local/lib/gpuhosts/sglang-serve.py; } 2>/dev/null || true)"
 fact 'file /usr/local/lib/gpuhosts/deploy-gate.py' "$( { file_state /usr/local/lib/gpuhosts/deploy-gate.py; } 2>/dev/null || true)"
-fact 'systemd gpuhosts-qwen-sglang.service' "$( { { systemctl is-enabled gpuhosts-qwen-sglang.service; systemctl is-active gpuhosts-qwen-sglang.service; } | paste -sd ' ' -; } 2>/dev/null || true)"
+fact 'systemd gpuhosts-qwen-sglang.service' "$( { systemd_state gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
+fact 'ExecStart of gpuhosts-qwen-sglang.service' "$( { systemd_exec gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
+fact 'Environment of gpuhosts-qwen-sglang.service' "$( { systemd_property_of Environment gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
+fact 'User of gpuhosts-qwen-sglang.service' "$( { systemd_property_of User gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
+fact 'DropInPaths of gpuhosts-qwen-sglang.service' "$( { systemd_dropins gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
 fact 'key file /etc/gpuhosts/qwen-sglang.env' "$( { stat -c "present mode:%a" "$root"/etc/gpuhosts/qwen-sglang.env || echo missing; } 2>/dev/null || true)"
 emit_facts
 GPUHOSTS_INNER
@@ -22,6 +28,10 @@ else
   fact 'file /usr/local/lib/gpuhosts/sglang-serve.py' "container $probed_vmid ${container_state:-missing}"
   fact 'file /usr/local/lib/gpuhosts/deploy-gate.py' "container $probed_vmid ${container_state:-missing}"
   fact 'systemd gpuhosts-qwen-sglang.service' "container $probed_vmid ${container_state:-missing}"
+  fact 'ExecStart of gpuhosts-qwen-sglang.service' "container $probed_vmid ${container_state:-missing}"
+  fact 'Environment of gpuhosts-qwen-sglang.service' "container $probed_vmid ${container_state:-missing}"
+  fact 'User of gpuhosts-qwen-sglang.service' "container $probed_vmid ${container_state:-missing}"
+  fact 'DropInPaths of gpuhosts-qwen-sglang.service' "container $probed_vmid ${container_state:-missing}"
   fact 'key file /etc/gpuhosts/qwen-sglang.env' "container $probed_vmid ${container_state:-missing}"
 fi
 emit_facts

@@ -1,4 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=nvidia-driver]
+# [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 
 version=580.126.09
 persistenced_unit_name=gpuhosts-nvidia-persistenced.service
@@ -190,15 +191,19 @@ fix the build and run 'dkms install -m nvidia -v $version -k $kernel', or boot a
 -m nvidia) with proxmox-boot-tool kernel pin, and run again"
 fi
 
+systemd_repair "$persistenced_unit_name"
 install_file /etc/systemd/system/gpuhosts-nvidia-persistenced.service 0644 <<'GPUHOSTS_EOF'
 # [content: etc/systemd/system/gpuhosts-nvidia-persistenced.service sha256:c5b4fce5cf006be6]
 GPUHOSTS_EOF
-if [ "$file_changed" = 1 ]; then
+if [ "$file_changed" = 1 ] || [ "$systemd_repaired" = 1 ]; then
   systemctl daemon-reload
 fi
 if ! systemctl is-enabled --quiet "$persistenced_unit_name" || ! systemctl is-active --quiet "$persistenced_unit_name"; then
   systemctl enable --now "$persistenced_unit_name"
   note_change "enabled $persistenced_unit_name"
+elif [ "$systemd_repaired" = 1 ]; then
+  systemctl restart "$persistenced_unit_name"
+  note_change "restarted $persistenced_unit_name as its unit file says"
 fi
 
 installed="$(userspace_version)"

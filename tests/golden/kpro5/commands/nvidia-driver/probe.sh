@@ -1,9 +1,15 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=nvidia-driver]
 # The probe of nvidia-driver: reads the host and changes nothing; prints one facts line.
+# [templates/common/systemd-show.sh.j2 sha256:0995c6255c65608e properties=ExecStart,Environment,User,UnitFileState,ActiveState,DropInPaths]
+systemd_shown[gpuhosts-nvidia-persistenced.service]="$(systemd_show gpuhosts-nvidia-persistenced.service)"
 fact 'file /etc/modprobe.d/gpuhosts-nouveau.conf' "$( { file_state /etc/modprobe.d/gpuhosts-nouveau.conf; } 2>/dev/null || true)"
 fact 'file /etc/systemd/system/gpuhosts-nvidia-persistenced.service' "$( { file_state /etc/systemd/system/gpuhosts-nvidia-persistenced.service; } 2>/dev/null || true)"
 fact 'installed user space' "$( { userspace_version; } 2>/dev/null || true)"
 fact 'loaded module' "$( { module_version; } 2>/dev/null || true)"
 fact 'loaded module type' "$( { module_type; } 2>/dev/null || true)"
-fact 'systemd gpuhosts-nvidia-persistenced.service' "$( { { systemctl is-enabled gpuhosts-nvidia-persistenced.service; systemctl is-active gpuhosts-nvidia-persistenced.service; } | paste -sd ' ' -; } 2>/dev/null || true)"
+fact 'systemd gpuhosts-nvidia-persistenced.service' "$( { systemd_state gpuhosts-nvidia-persistenced.service; } 2>/dev/null || true)"
+fact 'ExecStart of gpuhosts-nvidia-persistenced.service' "$( { systemd_exec gpuhosts-nvidia-persistenced.service; } 2>/dev/null || true)"
+fact 'Environment of gpuhosts-nvidia-persistenced.service' "$( { systemd_property_of Environment gpuhosts-nvidia-persistenced.service; } 2>/dev/null || true)"
+fact 'User of gpuhosts-nvidia-persistenced.service' "$( { systemd_property_of User gpuhosts-nvidia-persistenced.service; } 2>/dev/null || true)"
+fact 'DropInPaths of gpuhosts-nvidia-persistenced.service' "$( { systemd_dropins gpuhosts-nvidia-persistenced.service; } 2>/dev/null || true)"
 emit_facts

@@ -1,4 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=nvidia-uvm-at-boot]
+# [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 uvm_unit_name=gpuhosts-nvidia-uvm.service
 container_gpus=(0000:41:00.0 0000:61:00.0)
 
@@ -15,10 +16,11 @@ node_paths() {
   echo /dev/nvidia-uvm-tools
 }
 
+systemd_repair "$uvm_unit_name"
 install_file /etc/systemd/system/gpuhosts-nvidia-uvm.service 0644 <<'GPUHOSTS_EOF'
 # [content: etc/systemd/system/gpuhosts-nvidia-uvm.service sha256:dc8e245113452c67]
 GPUHOSTS_EOF
-if [ "$file_changed" = 1 ]; then
+if [ "$file_changed" = 1 ] || [ "$systemd_repaired" = 1 ]; then
   systemctl daemon-reload
 fi
 if ! systemctl is-enabled --quiet "$uvm_unit_name" || ! systemctl is-active --quiet "$uvm_unit_name"; then
@@ -27,6 +29,9 @@ if ! systemctl is-enabled --quiet "$uvm_unit_name" || ! systemctl is-active --qu
 elif [ "$file_changed" = 1 ]; then
   systemctl restart "$uvm_unit_name"
   note_change "restarted $uvm_unit_name for its new unit file"
+elif [ "$systemd_repaired" = 1 ]; then
+  systemctl restart "$uvm_unit_name"
+  note_change "restarted $uvm_unit_name as its unit file says"
 fi
 # A oneshot unit stays "active" while its nodes go away (a driver upgrade unloads the module): make them again.
 missing=()

@@ -13,8 +13,14 @@ gpu_node() {
   fi
 }
 
+# [templates/common/systemd-show.sh.j2 sha256:0995c6255c65608e properties=ExecStart,Environment,User,UnitFileState,ActiveState,DropInPaths]
+systemd_shown[gpuhosts-nvidia-uvm.service]="$(systemd_show gpuhosts-nvidia-uvm.service)"
 fact 'file /etc/systemd/system/gpuhosts-nvidia-uvm.service' "$( { file_state /etc/systemd/system/gpuhosts-nvidia-uvm.service; } 2>/dev/null || true)"
-fact 'systemd gpuhosts-nvidia-uvm.service' "$( { { systemctl is-enabled gpuhosts-nvidia-uvm.service; systemctl is-active gpuhosts-nvidia-uvm.service; } | paste -sd ' ' -; } 2>/dev/null || true)"
+fact 'systemd gpuhosts-nvidia-uvm.service' "$( { systemd_state gpuhosts-nvidia-uvm.service; } 2>/dev/null || true)"
+fact 'ExecStart of gpuhosts-nvidia-uvm.service' "$( { systemd_exec gpuhosts-nvidia-uvm.service; } 2>/dev/null || true)"
+fact 'Environment of gpuhosts-nvidia-uvm.service' "$( { systemd_property_of Environment gpuhosts-nvidia-uvm.service; } 2>/dev/null || true)"
+fact 'User of gpuhosts-nvidia-uvm.service' "$( { systemd_property_of User gpuhosts-nvidia-uvm.service; } 2>/dev/null || true)"
+fact 'DropInPaths of gpuhosts-nvidia-uvm.service' "$( { systemd_dropins gpuhosts-nvidia-uvm.service; } 2>/dev/null || true)"
 fact 'node /dev/nvidiactl' "$( { [ -e "$root/dev/nvidiactl" ] && echo present || echo missing; } 2>/dev/null || true)"
 fact 'node /dev/nvidia-uvm' "$( { [ -e "$root/dev/nvidia-uvm" ] && echo present || echo missing; } 2>/dev/null || true)"
 fact 'node /dev/nvidia-uvm-tools' "$( { [ -e "$root/dev/nvidia-uvm-tools" ] && echo present || echo missing; } 2>/dev/null || true)"

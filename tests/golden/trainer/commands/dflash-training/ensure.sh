@@ -1,4 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dflash-training]
+# [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # torchrun on GPUs [4, 5, 6, 7]; checkpoints in /data/checkpoints/Qwen3.6-27B-DFlash.
 unit_name=gpuhosts-dflash-training.service
 restart=0
@@ -7,6 +8,8 @@ for path in "${needs[@]}"; do
   [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
 done
 mkdir -p "$root"/data/checkpoints/Qwen3.6-27B-DFlash
+systemd_repair "$unit_name"
+[ "$systemd_repaired" = 0 ] || restart=1
 install_file /opt/gpuhosts/training/train_dflash_qwen36.sh 0755 <<'GPUHOSTS_EOF'
 # [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:acc841ac77f7d9ad]
 GPUHOSTS_EOF

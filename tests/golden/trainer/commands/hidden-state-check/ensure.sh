@@ -1,5 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=hidden-state-check]
-# Pre-flight after the hidden-state server (step 08ad0311cb1cbdbf) starts: refuse to train on all-zero states.
+# Pre-flight after the hidden-state server (step 0caf0588fb9eb159) starts: refuse to train on all-zero states.
 # probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check the states
 # it wrote are not all zero. Shared by the pre-flight step and the launch script.
 probe_hidden_states() {

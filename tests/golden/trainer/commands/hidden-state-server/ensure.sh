@@ -1,4 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=hidden-state-server]
+# [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # The hidden-state server on GPUs [0, 1, 2, 3].
 unit_name=gpuhosts-hidden-state-server.service
 restart=0
@@ -6,6 +7,8 @@ needs=(/opt/gpuhosts/speculators/src/scripts/launch_vllm.py /data/models/Qwen/Qw
 for path in "${needs[@]}"; do
   [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
 done
+systemd_repair "$unit_name"
+[ "$systemd_repaired" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-hidden-state-server.service 0644 <<'GPUHOSTS_EOF'
 # [content: etc/systemd/system/gpuhosts-hidden-state-server.service sha256:576bea34df127dcd]
 GPUHOSTS_EOF

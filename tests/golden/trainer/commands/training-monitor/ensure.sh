@@ -1,4 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=training-monitor]
+# [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # The monitoring web UI on 127.0.0.1:8686.
 unit_name=gpuhosts-training-monitor.service
 restart=0
@@ -6,6 +7,8 @@ needs=(/opt/gpuhosts/monitor/venv/bin/python)
 for path in "${needs[@]}"; do
   [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
 done
+systemd_repair "$unit_name"
+[ "$systemd_repaired" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__init__.py 0644 <<'GPUHOSTS_EOF'
 # [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/__init__.py.sha256 sha256:1b433ebeec8db11c]
 GPUHOSTS_EOF
