@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -160,6 +161,14 @@ def lock_missing(spec: LockSpec, text: str | None) -> str | None:
 
 def lock_digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def locked_pins(text: str) -> list[str]:
+    """The lock's distributions as `name==version`, names normalised (PEP 503), sorted bytewise: what a venv that
+    `uv pip sync` made from it holds (its requirement lines start with the pin; hashes and comments follow)."""
+    pins = {canonicalize_name(name): version for name, version in
+            re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", text, re.M)}
+    return sorted(f"{name}=={version}" for name, version in pins.items())
 
 
 def lock_problem(spec: LockSpec, path: str, python_path: str) -> Problem | None:

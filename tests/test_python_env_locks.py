@@ -4,6 +4,7 @@ does what uv does with `pip sync --require-hashes` and `pip install --no-deps`."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -19,11 +20,11 @@ from fakehost.tree import seed_kpro5
 from gpuhosts.config import ConfigError
 from gpuhosts.lock_tool import needed_locks, newest_locks, select_hashes, stack_files, stack_locks
 from gpuhosts.locks import (LOCKS_DIR, LockError, LockSpec, header_problem, lock_digest, lock_spec, lock_text,
-                            parse_header)
+                            locked_pins, parse_header)
 from gpuhosts.plan import load_stack, read_stack_file, stand_in_secrets
 from gpuhosts.envspec import EnvSpec, env_lock
 from gpuhosts.plans.python_env import MAX_INNER_SCRIPT, in_container, plan_env
-from gpuhosts.protocol import parse_result
+from gpuhosts.protocol import parse_facts, parse_result
 
 STACKS = {path.name: path for path in stack_files(PROJECT)}
 
@@ -211,6 +212,17 @@ def _ensure(node: Path, env: EnvSpec, monkeypatch, locks: Path | None = None):
     return unit, result
 
 
+def _probe(node: Path, unit) -> dict:
+    result = subprocess.run(["bash", "-c", unit.probe], capture_output=True, text=True, env=host_env(node), timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return parse_facts(result.stdout)
+
+
+def _on_node(node: Path, command: str) -> None:
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=host_env(node), timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def _installed(node: Path, env: EnvSpec) -> dict:
     return {name: entry["version"] for name, entry in installed_packages(node / env.venv.lstrip("/")).items()}
 
@@ -224,9 +236,61 @@ def test_an_environment_installs_exactly_its_lock_then_changes_nothing(node, mon
     assert _installed(node, env) == _pins(lock_text(env_lock(env)))
     assert (node / env.lock_path.lstrip("/")).read_text() == lock_text(env_lock(env))
     marker = (node / env.venv.lstrip("/") / ".gpuhosts-requirement").read_text().strip()
-    assert marker == f"flask==3.1.3 lock:{lock_digest(lock_text(env_lock(env)))}" == unit.desired[f"environment {env.venv}"]
+    assert marker == f"flask==3.1.3 lock:{lock_digest(lock_text(env_lock(env)))}"
+    # The probe reads the venv's dist-info, not the marker: what is installed is what the lock pins.
+    pins = locked_pins(lock_text(env_lock(env)))
+    assert unit.desired[f"distributions in {env.venv}"] == f"{len(pins)} distributions sha256:" + \
+        hashlib.sha256("".join(pin + "\n" for pin in pins).encode()).hexdigest()[:16]
+    assert unit.desired[f"flask in {env.venv}"] == "flask 3.1.3"
+    assert _probe(node, unit) == unit.desired
     _, second = _ensure(node, env, monkeypatch)
     assert second.returncode == 0 and not parse_result(second.stdout).changed, second.stdout + second.stderr
+
+
+UV_PIP = 'R="$GPUHOSTS_HOST_ROOT"; "$R/opt/gpuhosts/.uv/bin/uv" pip install -q --python "$R{venv}/bin/python" '
+
+
+@pytest.mark.parametrize("by_hand, held, difference, package", [
+    # The seed's pitfall: another engine release installed over the lock's; the marker still names the lock's.
+    ("tool==0.9", ["tool==0.9"], "tool==0.9 (lock: 1.0)", "tool 0.9"),
+    # A dependency added beside the lock: the engine is the lock's, the environment is not.
+    ("stray==9", ["stray==9", "tool==1.0"], "stray==9 (not in the lock)", "tool 1.0"),
+])
+def test_a_distribution_installed_by_hand_is_drift_the_ensure_puts_back(node, monkeypatch, tmp_path, by_hand, held,
+                                                                        difference, package):
+    env = EnvSpec(name="tool", requirement="tool==1.0", package="tool", release="1.0", from_git=False,
+                  python="3.12", needs_hf=False)
+    locks = _lock_dir(tmp_path, "tool", "tool==1.0 \\\n    --hash=sha256:11\n")
+    unit, first = _ensure(node, env, monkeypatch, locks)
+    assert first.returncode == 0, first.stdout + first.stderr
+    _on_node(node, UV_PIP.format(venv=env.venv) + by_hand)
+    facts = _probe(node, unit)
+    digest = hashlib.sha256("".join(pin + "\n" for pin in held).encode()).hexdigest()[:16]
+    assert facts[f"distributions in {env.venv}"] == f"{len(held)} distributions sha256:{digest}; not the lock's: " \
+        + difference
+    assert facts[f"tool in {env.venv}"] == package
+    _, repair = _ensure(node, env, monkeypatch, locks)
+    assert repair.returncode == 0 and parse_result(repair.stdout).changed, repair.stdout + repair.stderr
+    assert _probe(node, unit) == unit.desired
+    assert _installed(node, env) == {"tool": "1.0"}
+
+
+def test_the_probe_names_the_first_three_differences_and_counts_the_rest(node, monkeypatch, tmp_path):
+    env = EnvSpec(name="tool", requirement="tool==1.0", package="tool", release="1.0", from_git=False,
+                  python="3.12", needs_hf=False)
+    lock = "".join(f"{name}==1.0 \\\n    --hash=sha256:11\n" for name in ("a", "b", "c", "d", "tool"))
+    unit, first = _ensure(node, env, monkeypatch, _lock_dir(tmp_path, "tool", lock))
+    assert first.returncode == 0, first.stdout + first.stderr
+    site = node / env.venv.lstrip("/") / "lib/python3.12/site-packages"
+    for name in ("a", "b", "d"):
+        shutil.rmtree(site / f"{name}-1.0.dist-info")
+    # A METADATA spells the name as its project does; the probe compares normalised names (PEP 503).
+    (site / "Zed_Extra-2.0.dist-info").mkdir()
+    (site / "Zed_Extra-2.0.dist-info/METADATA").write_text("Metadata-Version: 2.1\nName: Zed_Extra\nVersion: 2.0\n"
+                                                           "\nName: not-a-header\n")
+    value = _probe(node, unit)[f"distributions in {env.venv}"]
+    assert value.split("; ", 1)[1] == ("not the lock's: a==1.0 missing, b==1.0 missing, d==1.0 missing (+1 more)"), value
+    assert value.startswith("3 distributions sha256:")
 
 
 def test_a_changed_lock_reinstalls_and_drops_what_it_no_longer_lists(node, monkeypatch, tmp_path):
@@ -249,6 +313,16 @@ def test_a_git_ref_build_replaces_only_the_package_over_its_locked_closure(node,
     assert result.returncode == 0, result.stdout + result.stderr
     installed = _installed(node, env)
     assert installed["dep"] == "2.0" and installed["tool"].startswith("0.0.0+g")
+    # The build's version is its own: the lock's digest leaves the package out, and the package's fact is the URL
+    # its direct_url.json records (PEP 610).
+    unit = plan_env("env-x", env, None, ())
+    assert unit.desired[f"tool in {env.venv}"] == "tool from git+https://example.org/tool@refs/pull/7/head"
+    assert _probe(node, unit) == unit.desired
+    _on_node(node, UV_PIP.format(venv=env.venv) + "tool==1.0")
+    assert _probe(node, unit)[f"tool in {env.venv}"] == "tool 1.0"
+    _, repair = _ensure(node, env, monkeypatch, locks)
+    assert repair.returncode == 0 and parse_result(repair.stdout).changed, repair.stdout + repair.stderr
+    assert _probe(node, unit) == unit.desired
 
 
 # --- the uv stand-in: what uv does with these flags ------------------------------------------------------------

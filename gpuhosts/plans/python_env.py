@@ -4,15 +4,22 @@ uv itself is pinned and bootstrapped once per container from the container's pyt
 environment, so two engines (or two builds of one) never share dependencies. An environment installs the locked
 closure of its release (gpuhosts/locks.py): the lock goes to the host beside the venv and `uv pip sync
 --require-hashes` installs exactly it; a git-ref build then replaces the package itself with `--no-deps`.
+The probe reads what the venv holds from the venv itself (each distribution's dist-info), not from a marker gpuhosts
+wrote: a release installed over the lock by hand (`uv pip install sglang==0.5.9`) is drift that names it, and the
+ensure syncs the lock back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shlex
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name
 
 from gpuhosts.envspec import EnvSpec, env_lock
 from gpuhosts.facts import Fact, desired, files_facts, render_probe
-from gpuhosts.locks import lock_digest, lock_text
+from gpuhosts.locks import lock_digest, lock_text, locked_pins
 from gpuhosts.paths import SERVICE_ROOT
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
@@ -48,13 +55,56 @@ def in_container(unit: str, vmid: int | None, inner: str, *, secret: str | None 
                   secret=secret, teardown=teardown)
 
 
+def distributions_desired(pins: list[str]) -> str:
+    """What `distributions_state` (templates/container_services/distributions.sh.j2) prints for a venv holding
+    exactly `pins`."""
+    digest = hashlib.sha256("".join(f"{pin}\n" for pin in pins).encode()).hexdigest()[:16]
+    return f"{len(pins)} distributions sha256:{digest}"
+
+
+def package_desired(env: EnvSpec) -> str:
+    """What `package_state` prints for the environment's own package: its release, or the git URL it was built
+    from."""
+    package = canonicalize_name(env.package)
+    if env.from_git:
+        return f"{package} from {env.requirement.split(' @ ', 1)[1].strip()}"
+    return f"{package} {env.release}"
+
+
+@dataclass(frozen=True)
+class Distributions:
+    """What a venv must hold, as the probe and the ensure read it from its dist-info: the lock's pins (less the
+    package itself for a git build, whose version the build decides) and the package."""
+
+    venv: str
+    package: str
+    skip: str
+    pins: tuple[str, ...]
+
+    @property
+    def setup(self) -> tuple[str, ...]:
+        wanted = "\n".join(self.pins)
+        return (render("container_services/distributions.sh.j2").rstrip("\n"),
+                f"distributions_wanted[{shlex.quote(self.venv)}]={shlex.quote(wanted)}")
+
+    def facts(self, env: EnvSpec) -> list[Fact]:
+        venv = shlex.quote(self.venv)
+        return [Fact(f"distributions in {self.venv}", f"distributions_state {venv} {shlex.quote(self.skip)}",
+                     distributions_desired(list(self.pins)), self.setup),
+                Fact(f"{self.package} in {self.venv}", f"package_state {venv} {shlex.quote(self.package)}",
+                     package_desired(env), self.setup)]
+
+
+def distributions(env: EnvSpec, lock: HostFile) -> Distributions:
+    package = canonicalize_name(env.package)
+    skip = package if env.from_git else ""
+    return Distributions(env.venv, package, skip,
+                         tuple(pin for pin in locked_pins(lock.content) if not skip or pin.split("==")[0] != skip))
+
+
 def env_facts(env: EnvSpec, lock: HostFile) -> list[Fact]:
-    # The requirement marker is written after a complete install and removed before a new one starts.
-    marker = f"{env.venv}/.gpuhosts-requirement"
-    facts = [*files_facts([lock]),
-             Fact(f"environment {env.venv}",
-                  f'[ -x "$root"{shlex.quote(env.venv + "/bin/python")} ] && cat "$root"{shlex.quote(marker)} || echo missing',
-                  env_marker(env, lock))]
+    # What the environment holds, read from it: a distribution installed by hand beside or over the lock shows.
+    facts = [*files_facts([lock]), *distributions(env, lock).facts(env)]
     if env.checkout_url:
         facts.append(Fact(f"checkout {env.checkout}", f'cat "$root"{shlex.quote(env.checkout + "/.gpuhosts-ref")} || echo missing',
                           env.checkout_ref))
@@ -63,9 +113,10 @@ def env_facts(env: EnvSpec, lock: HostFile) -> list[Fact]:
 
 def plan_env(unit: str, env: EnvSpec, vmid: int | None, needs: tuple[str, ...], kind: str = "PythonEnv") -> Unit:
     lock = lock_file(env)
-    values = dict(unit=unit, vmid=vmid, env=env, uv_version=UV_VERSION, uv_home=UV_HOME, envs_root=SERVICE_ROOT,
-                  lock=lock, marker=env_marker(env, lock))
     facts = env_facts(env, lock)
+    wanted = distributions(env, lock)
+    values = dict(unit=unit, vmid=vmid, env=env, uv_version=UV_VERSION, uv_home=UV_HOME, envs_root=SERVICE_ROOT,
+                  lock=lock, marker=env_marker(env, lock), wanted=wanted, desired=desired(facts))
     return Unit(
         key=unit,
         kind=kind,

@@ -13,6 +13,19 @@ from_git=false
 uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
 marker="$root$venv/.gpuhosts-requirement"
+# [templates/container_services/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
+# The lock's distributions, as the venv must hold them (the probe's facts "distributions in …" and "… in …").
+distributions_wanted[$venv]='blinker==1.9.0
+click==8.5.1
+flask==3.1.3
+itsdangerous==2.2.0
+jinja2==3.1.6
+markupsafe==3.0.4
+werkzeug==3.1.9'
+distributions_skip=''
+wanted_distributions='7 distributions sha256:51647acce6a15e76'
+dist_package=flask
+wanted_package='flask 3.1.3'
 
 # The engine's installed version, empty when it is not installed (or there is no environment yet).
 installed_version() {
@@ -52,8 +65,13 @@ wanted_build=0
 if [ "$from_git" = false ] && [ "$installed" != "$release" ]; then
   wanted_build=1
 fi
+# A distribution installed by hand (another engine release, a dependency upgraded or added) is what the venv
+# holds, whatever the marker says: sync puts the lock back.
+found_distributions="$(distributions_state "$venv" "$distributions_skip")"
+[ "$found_distributions" = "$wanted_distributions" ] || wanted_build=1
+[ "$(package_state "$venv" "$dist_package")" = "$wanted_package" ] || wanted_build=1
 if [ "$wanted_build" = 1 ]; then
-  say "installing $requirement (was: ${installed:-none})"
+  say "installing $requirement (was: ${installed:-none}; $found_distributions)"
   # The marker goes first: a cut-off install must not look complete on the next run.
   rm -f "$marker"
   # Exactly the lock's closure: sync removes what the lock does not list, and every distribution must match a hash.
@@ -72,5 +90,10 @@ installed="$(installed_version)"
 if [ "$from_git" = false ] && [ "$installed" != "$release" ]; then
   refuse "$venv has $package $installed, not $release"
 fi
+found_distributions="$(distributions_state "$venv" "$distributions_skip")"
+[ "$found_distributions" = "$wanted_distributions" ] || refuse "$venv does not hold the lock after installing it: \
+$found_distributions"
+found_package="$(package_state "$venv" "$dist_package")"
+[ "$found_package" = "$wanted_package" ] || refuse "$venv has $found_package, not $wanted_package"
 say "$venv: $package $installed"
 finish

@@ -13,6 +13,103 @@ from_git=false
 uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
 marker="$root$venv/.gpuhosts-requirement"
+# [templates/container_services/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
+# The lock's distributions, as the venv must hold them (the probe's facts "distributions in …" and "… in …").
+distributions_wanted[$venv]='aiohappyeyeballs==2.7.1
+aiohttp==3.14.5
+aiosignal==1.4.0
+annotated-doc==0.0.7
+annotated-types==0.8.0
+anyio==4.16.0
+attrs==26.1.0
+certifi==2026.10.19.post1
+charset-normalizer==3.5.3
+click==8.5.1
+cuda-bindings==13.5.0
+cuda-pathfinder==1.9.1
+cuda-toolkit==13.0.3.0
+datasets==5.0.0
+dill==0.4.1
+filelock==4.3.1
+frozenlist==1.8.0
+fsspec==2026.4.0
+h11==0.16.0
+hf-xet==1.8.0
+httpcore2==2.16.2
+httpcore==1.0.9
+httpx2==2.16.2
+httpx==0.28.1
+huggingface-hub==1.33.0
+idna==3.20
+jinja2==3.1.6
+jiter==0.19.0
+loguru==0.7.3
+markdown-it-py==4.3.0
+markupsafe==3.0.4
+mdurl==0.1.2
+mpmath==1.3.0
+multidict==7.2.1
+multiprocess==0.70.19
+networkx==3.7
+numpy==2.4.6
+nvidia-cublas==13.1.1.3
+nvidia-cuda-cupti==13.0.85
+nvidia-cuda-nvrtc==13.0.88
+nvidia-cuda-runtime==13.0.96
+nvidia-cudnn-cu13==9.20.0.48
+nvidia-cufft==12.0.0.61
+nvidia-cufile==1.15.1.6
+nvidia-curand==10.4.0.35
+nvidia-cusolver==12.0.4.66
+nvidia-cusparse==12.6.3.3
+nvidia-cusparselt-cu13==0.8.1
+nvidia-nccl-cu13==2.29.7
+nvidia-nvjitlink==13.5.37
+nvidia-nvshmem-cu13==3.4.5
+nvidia-nvtx==13.0.85
+openai==3.57.0
+packaging==26.4
+pandas==3.1.1
+pillow==13.0.0
+propcache==0.5.4
+protobuf==7.36.2
+psutil==7.2.2
+pyarrow==26.0.1
+pydantic-core==2.50.5
+pydantic-settings==2.16.3
+pydantic==2.14.4
+pygments==2.21.0
+python-dateutil==4.0.0
+python-dotenv==1.2.4
+pyyaml==6.0.4
+regex==2026.11.19
+requests==2.34.2
+rich==15.0.0
+safetensors==0.8.0
+setuptools==84.2.1
+shellingham==1.5.4
+sniffio==1.3.1
+speculators==0.7.0
+sympy==1.14.0
+tokenizers==0.22.2
+torch==2.13.0
+torchaudio==2.11.1
+torchvision==0.28.0
+tqdm==4.70.0
+transformers==5.14.1
+triton==3.7.1
+truststore==0.10.5
+typer==0.29.2
+typing-extensions==4.16.0
+typing-inspection==0.4.5
+tzdata==2026.6
+urllib3==2.8.0
+xxhash==4.1.0
+yarl==1.25.1'
+distributions_skip=''
+wanted_distributions='91 distributions sha256:2657f64f870bcf88'
+dist_package=speculators
+wanted_package='speculators 0.7.0'
 
 # The engine's installed version, empty when it is not installed (or there is no environment yet).
 installed_version() {
@@ -52,8 +149,13 @@ wanted_build=0
 if [ "$from_git" = false ] && [ "$installed" != "$release" ]; then
   wanted_build=1
 fi
+# A distribution installed by hand (another engine release, a dependency upgraded or added) is what the venv
+# holds, whatever the marker says: sync puts the lock back.
+found_distributions="$(distributions_state "$venv" "$distributions_skip")"
+[ "$found_distributions" = "$wanted_distributions" ] || wanted_build=1
+[ "$(package_state "$venv" "$dist_package")" = "$wanted_package" ] || wanted_build=1
 if [ "$wanted_build" = 1 ]; then
-  say "installing $requirement (was: ${installed:-none})"
+  say "installing $requirement (was: ${installed:-none}; $found_distributions)"
   # The marker goes first: a cut-off install must not look complete on the next run.
   rm -f "$marker"
   # Exactly the lock's closure: sync removes what the lock does not list, and every distribution must match a hash.
@@ -72,6 +174,11 @@ installed="$(installed_version)"
 if [ "$from_git" = false ] && [ "$installed" != "$release" ]; then
   refuse "$venv has $package $installed, not $release"
 fi
+found_distributions="$(distributions_state "$venv" "$distributions_skip")"
+[ "$found_distributions" = "$wanted_distributions" ] || refuse "$venv does not hold the lock after installing it: \
+$found_distributions"
+found_package="$(package_state "$venv" "$dist_package")"
+[ "$found_package" = "$wanted_package" ] || refuse "$venv has $found_package, not $wanted_package"
 [ -x "$root$venv/bin/hf" ] || refuse "$venv has no hf command (huggingface_hub); the model downloads need it"
 say "$venv: $package $installed"
 
