@@ -66,6 +66,10 @@ FULL_TIER = {
     "lifecycle/test_decommission.py": "kpro6's destroy and a migration, over SSH",
     "lifecycle/test_renames.py": "renamed and re-nested units over SSH",
     "lifecycle/test_aliases.py": "stacks converged with the flat layout, taken over by the typed tree, over SSH",
+    "lifecycle/test_benchmark_lifecycle.py": "the bake-off measured three times over SSH",
+    "test_lifecycle.py::test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands": "a second converge, over SSH",
+    "test_lifecycle.py::test_an_unreachable_host_says_what_to_do": "a failure case, over SSH",
+    "test_lifecycle.py::test_a_host_that_shows_another_key_is_refused_before_anything_runs": "a failure case, over SSH",
     "lifecycle/test_services.py::test_a_rotated_api_key_shows_as_a_change_of_the_services_that_read_it":
         "a second services converge",
     "test_lifecycle.py::test_a_failed_command_names_the_unit_and_shows_only_the_tail_of_its_output":
@@ -104,6 +108,7 @@ FULL_TIER = {
 # Tests of a full-tier module that `make test` keeps: the one converge of a unit kind no quick module has.
 QUICK_IN_FULL_MODULE = {
     "test_service_scripts.py::test_weights_on_host_storage_survive_in_the_host_directory": "ModelStore",
+    "test_benchmark_unit.py::test_each_service_is_measured_in_turn_and_the_declared_one_runs_again": "Benchmark",
 }
 TESTS = Path(__file__).resolve().parent
 
