@@ -61,6 +61,24 @@ class DatasetRow(_Row):
     source: str
 
 
+class DatasetFilesRow(_Row):
+    """A row of `datasetFiles`: the files of a dataset repository at one commit (the paths of the Hub's tree
+    listing), so that the plan resolves a source's split as the node will."""
+
+    repo: str
+    revision: str
+    files: tuple[str, ...]
+    source: str
+
+
+class DatasetOverlapRow(_Row):
+    """A row of `datasetOverlaps`: about `share` of the rows of `repos[1]` are samples of `repos[0]` too."""
+
+    repos: tuple[str, str]
+    share: float
+    source: str
+
+
 class TrainingRule(Rule):
     """A row of `trainingRules`: a check over a training node's settings."""
 
@@ -119,6 +137,8 @@ class RuleFile(_Row):
     rules: tuple[Rule, ...]
     training_rules: tuple[TrainingRule, ...] = ()
     datasets: tuple[DatasetRow, ...] = ()
+    dataset_files: tuple[DatasetFilesRow, ...] = ()
+    dataset_overlaps: tuple[DatasetOverlapRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +175,18 @@ def dataset_rows(repo: str, split: str, subset: str | None = None, rules: RuleFi
         if (row.repo, row.split, row.subset) == (repo, split, subset):
             return row
     return None
+
+
+def dataset_files(repo: str, revision: str, rules: RuleFile | None = None) -> DatasetFilesRow | None:
+    """The known file listing of a dataset repository at a commit (None: not in the table)."""
+    for row in (rules or load_rule_file()).dataset_files:
+        if (row.repo, row.revision) == (repo, revision):
+            return row
+    return None
+
+
+def dataset_overlaps(rules: RuleFile | None = None) -> tuple[DatasetOverlapRow, ...]:
+    return (rules or load_rule_file()).dataset_overlaps
 
 
 def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> EngineFacts:

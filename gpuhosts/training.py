@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuhosts.compat_data import dataset_rows
+from gpuhosts.compat_data import dataset_files, dataset_overlaps, dataset_rows
 from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, Problem, SshConfig, _Model
 from gpuhosts.fields import HF_REPO, below, ip_address, is_loopback, safe_directory
-from gpuhosts.hostside.dataset_prepare import CONVERTERS
+from gpuhosts.hostside.dataset_prepare import CONVERTERS, READABLE, split_files, split_patterns
 from gpuhosts.hostside.drafter_config import compare_declared, parse_drafter_config, target_layer_ids
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
 
@@ -98,7 +98,8 @@ class HyperParameters(_Model):
 
 # A dataset source is pinned by a full commit: a branch or tag moves, and the same config would then mix other rows.
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
-# The documented stand-in for a commit not yet looked up: planned with a warning, refused by nothing else.
+# The stand-in for a commit not yet looked up: refused, since `hf download --revision 000…` finds no such commit and
+# the node would stop after the downloads of every source before it.
 PLACEHOLDER_COMMIT = "0" * 40
 # How the seed's tool-calling share is counted: the sources converted as function-calling data.
 TOOL_CONVERTERS = ("glaive-function-calling", "tool-calls")
@@ -107,9 +108,10 @@ TOOL_CONVERTERS = ("glaive-function-calling", "tool-calls")
 class DatasetSource(_Model):
     repo: str = Field(description="Hugging Face dataset repository, e.g. Open-Orca/OpenOrca.")
     revision: str = Field(description="Full 40-hex commit of the dataset repository (its History on the Hub); "
-                                      f"{PLACEHOLDER_COMMIT[:8]}… (40 zeros) marks one still to look up and is "
-                                      "warned about.")
-    split: str = Field("train", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Split to take rows from. Default train.")
+                                      f"the placeholder {PLACEHOLDER_COMMIT[:8]}… (40 zeros) is refused.")
+    split: str = Field("train", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Split to take rows from, its files "
+                                                                            "chosen by the Hub's rule (files named "
+                                                                            "after no split are train). Default train.")
     subset: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$",
                                description="Configuration (subset) of the dataset, where it has several.")
     data_files: tuple[str, ...] = Field((), description="Files of the repository to read instead of the split's "
@@ -132,6 +134,9 @@ class DatasetSource(_Model):
         if not isinstance(value, str) or not COMMIT.match(value):
             raise ValueError(f"{value!r} is not a full commit; pin the 40-hex commit from the dataset's History on "
                              "the Hub (a branch or tag moves and the mix would change under the same config)")
+        if value == PLACEHOLDER_COMMIT:
+            raise ValueError("is the placeholder commit (40 zeros), which no repository has; pin the 40-hex commit "
+                             "from the dataset's History on the Hub")
         return value
 
     @field_validator("data_files")
@@ -224,7 +229,8 @@ class DatasetSpec(_Model):
 
 
 def mix_problems(dataset: DatasetSpec) -> list[Problem]:
-    """Rules across the sources of a mix: each once, no more rows than a source has, samples = the counts' sum."""
+    """Rules across the sources of a mix: each once, no more rows than a source has, a split with files (where the
+    repository's listing is known), counts the known overlaps leave room for, samples = the counts' sum."""
     problems: list[Problem] = []
     if dataset.mix is None:
         return problems
@@ -242,6 +248,8 @@ def mix_problems(dataset: DatasetSpec) -> list[Problem]:
             problems.append(Problem(path=f"{field}.count", message=(
                 f"{source.count} rows asked, but {source.repo} split {source.split} has {known.rows} "
                 f"({known.source}); lower the count")))
+        problems += _file_problems(field, source)
+    problems += _overlap_problems(dataset)
     total = sum(s.count for s in dataset.mix)
     if total != dataset.samples:
         problems.append(Problem(path=f"{NAMESPACE}:training.dataset.samples", message=(
@@ -249,13 +257,100 @@ def mix_problems(dataset: DatasetSpec) -> list[Problem]:
     return problems
 
 
+def _file_problems(field: str, source: DatasetSource) -> list[Problem]:
+    """The source's split resolved from its repository's known listing, as the node resolves it after the download:
+    no file, or none the converter reads, stops the plan before any download."""
+    listing = dataset_files(source.repo, source.revision)
+    if listing is None:
+        return []
+    found = split_files(listing.files, source.split, source.subset, source.data_files)
+    if not found:
+        if source.data_files:
+            return [Problem(path=f"{field}.dataFiles", message=(
+                f"{' '.join(source.data_files)} matches no file of {source.repo}@{source.revision[:7]} (files: "
+                f"{', '.join(listing.files)}); name files it has"))]
+        paths = [p[len(source.subset) + 1:] for p in listing.files if p.startswith(f"{source.subset}/")] \
+            if source.subset else list(listing.files)
+        splits = split_patterns(paths)
+        return [Problem(path=f"{field}.split", message=(
+            f"{source.repo}@{source.revision[:7]} has no file of split {source.split!r} by the Hub's rule (its "
+            f"splits: {', '.join(splits) or 'none'}; files: {', '.join(listing.files)}); give one of its splits, "
+            "or name the files in dataFiles"))]
+    unreadable = [p for p in found if not p.lower().endswith(READABLE)]
+    if unreadable:
+        return [Problem(path=f"{field}.dataFiles" if source.data_files else f"{field}.split", message=(
+            f"{source.repo} split {source.split!r} is {', '.join(unreadable)}, which the converter cannot read (it "
+            "reads .jsonl, .json and .parquet); name readable files in dataFiles"))]
+    return []
+
+
+def source_files(source: DatasetSource) -> list[str] | None:
+    """The files the node will convert for a source, where its repository's listing is known (None: unknown)."""
+    listing = dataset_files(source.repo, source.revision)
+    return None if listing is None else split_files(listing.files, source.split, source.subset, source.data_files)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Two sources of a mix that share samples: the later one (in the mix's order) loses its copies."""
+
+    first: int
+    later: int
+    of: int           # the source whose rows `share` is a part of
+    share: float
+    duplicates: int   # about how many of the later source's rows repeat what the first one takes
+    distinct: int     # about how many distinct samples the later source has beyond those
+    source: str
+
+
+def mix_overlaps(dataset: DatasetSpec) -> list[Overlap]:
+    """The known overlaps of the mix's sources (gpuhosts/compat-rules.yaml `datasetOverlaps`), estimated from the
+    sources' known sizes (a pair with a size unknown is left out): the first source takes count/rows of the samples
+    the two have in common, and the later one's copies of those are dropped."""
+    found = []
+    mix = dataset.mix or ()
+    for row in dataset_overlaps():
+        at = {s.repo: i for i, s in reversed(list(enumerate(mix)))}
+        if not all(repo in at for repo in row.repos):
+            continue
+        a, b = (at[repo] for repo in row.repos)
+        rows = {i: dataset_rows(mix[i].repo, mix[i].split, mix[i].subset) for i in (a, b)}
+        if any(r is None for r in rows.values()):
+            continue
+        first, later = min(a, b), max(a, b)
+        shared = row.share * rows[b].rows  # the samples the two repositories have in common
+        duplicates = round(shared * min(1.0, mix[first].count / rows[first].rows))
+        found.append(Overlap(first, later, b, row.share, duplicates, rows[later].rows - duplicates,
+                             " ".join(row.source.split())))
+    return found
+
+
+def _overlap_problems(dataset: DatasetSpec) -> list[Problem]:
+    problems = []
+    for overlap in mix_overlaps(dataset):
+        later = dataset.mix[overlap.later]
+        if later.count > overlap.distinct:
+            first = dataset.mix[overlap.first]
+            problems.append(Problem(path=f"{NAMESPACE}:training.dataset.mix[{overlap.later}].count", message=(
+                f"{later.count:,} distinct samples asked of {later.repo}, but about {overlap.duplicates:,} of its rows "
+                f"are samples mix[{overlap.first}] ({first.repo}, {first.count:,}) takes first and the mixer drops "
+                f"them, leaving about {overlap.distinct:,}; lower the count to at most {overlap.distinct} and give "
+                f"the rest to another source ({overlap.source})")))
+    return problems
+
+
 def mix_warnings(dataset: DatasetSpec) -> list[str]:
     warnings: list[str] = []
+    for overlap in mix_overlaps(dataset):
+        first, later = dataset.mix[overlap.first], dataset.mix[overlap.later]
+        warnings.append(
+            f"{NAMESPACE}:training.dataset.mix[{overlap.first}] {first.repo} and mix[{overlap.later}] {later.repo} "
+            f"share samples (about {overlap.share:.0%} of {dataset.mix[overlap.of].repo}'s rows): the mixer keeps "
+            f"each once, from mix[{overlap.first}]; about {overlap.duplicates:,} rows of mix[{overlap.later}] repeat "
+            f"what mix[{overlap.first}] takes, so its {later.count:,} come from about {overlap.distinct:,} distinct "
+            "samples")
     for index, source in enumerate(dataset.mix or ()):
         field = f"{NAMESPACE}:training.dataset.mix[{index}]"
-        if source.revision == PLACEHOLDER_COMMIT:
-            warnings.append(f"{field}.revision is the placeholder commit (40 zeros); pin the commit of {source.repo} "
-                            "from its History on the Hub before the first `pulumi up`")
         if dataset_rows(source.repo, source.split, source.subset) is None:
             warnings.append(f"{field}.repo {source.repo} split {source.split} is not in the known dataset sizes "
                             "(gpuhosts/compat-rules.yaml `datasets`): its count is checked only on the node")

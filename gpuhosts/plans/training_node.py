@@ -33,7 +33,8 @@ from gpuhosts.plans.python_env import plan_env
 from gpuhosts.plans.training_job import TRAINING_UNIT, TrainingJob, plan_training_job
 from gpuhosts.plans.training_monitor import MONITOR_UNIT, plan_training_monitor
 from gpuhosts.services import PackageSpec
-from gpuhosts.training import FLASK_VERSION, LayerIds, TrainerStack, TrainingConfig, layer_ids
+from gpuhosts.training import (FLASK_VERSION, LayerIds, TrainerStack, TrainingConfig, layer_ids, mix_overlaps,
+                               source_files)
 from gpuhosts.units import Group, UnitGraph, within
 
 
@@ -160,10 +161,14 @@ def summarize(stack: TrainerStack, ids: LayerIds, num_verifier_layers: int, envs
                      "program": job.invocation.program, "args": list(job.args), "startFrom": drafter.dir,
                      "checkpoints": save, "log": job.log},
         "dataset": {"dir": dataset_dir, "samples": dataset.samples, "source": dataset.source,
-                    **({"mix": [{"source": s.name, "count": s.count, "converter": s.converter} for s in dataset.mix],
+                    **({"mix": [{"source": s.name, "count": s.count, "converter": s.converter,
+                                 "files": source_files(s)} for s in dataset.mix],
                         "seed": dataset.seed,
                         "expectedTotal": sum(s.count for s in dataset.mix),
-                        "toolCalling": dataset.tool_calling_samples} if dataset.mix else {})},
+                        "toolCalling": dataset.tool_calling_samples,
+                        "overlaps": [{"sources": [o.first, o.later], "share": o.share,
+                                      "duplicatesDropped": o.duplicates, "distinctLeft": o.distinct}
+                                     for o in mix_overlaps(dataset)]} if dataset.mix else {})},
         "monitor": {"unit": MONITOR_UNIT, "listen": f"{monitor.bind}:{monitor.port}",
                     "token": f"gpuhosts:{monitor.token_secret}" if monitor.token_secret else None},
         "diskNeededGb": disk_needed_gb(stack),
