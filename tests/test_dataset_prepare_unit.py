@@ -265,3 +265,43 @@ def test_a_source_converts_the_files_its_split_or_data_files_name(node, source, 
     assert len(converted.read_text().splitlines()) == rows
     downloaded = {p.name for p in converted.parent.glob("download/**/*") if p.is_file() and ".cache" not in p.parts}
     assert ("README.md" in downloaded) == ("dataFiles" not in source)
+
+
+# The trainer stack's own sources at their pinned commits, as the Hub lays them out (tests/fixtures/hub): Glaive's one
+# JSON file is train by the Hub's rule, and Magicoder's rows that repeat evol-codealpaca-v1's are dropped.
+EVOL = {"repo": "theblackcat102/evol-codealpaca-v1", "revision": "c75242318519b5470635e84064baed7c78594020",
+        "split": "train", "count": 6, "converter": "alpaca"}
+MAGICODER = {"repo": "ise-uiuc/Magicoder-Evol-Instruct-110K", "revision": "b0079beaa0361d82412520b873715bee59cc7dd4",
+             "split": "train", "count": 2, "converter": "alpaca"}
+GLAIVE = {"repo": "glaiveai/glaive-function-calling-v2", "revision": "e7f4b6456019f5d8bcb991ef0dd67d8ff23221ac",
+          "split": "train", "count": 3, "converter": "glaive-function-calling"}
+
+
+def test_the_stack_sources_as_the_hub_lays_them_out_mix_to_distinct_samples(node):
+    stack = mix_stack(node.values, [EVOL, MAGICODER, GLAIVE])
+    node.before(stack)
+    output = node.apply(node.graph(stack)[KEY])
+    assert "converted with glaive-function-calling" in output
+    manifest = json.loads(node.path(f"{DATA}/mix/manifest.json").read_text())
+    kept = {s["name"].split("@")[0]: (s["kept"], s["dropped"]) for s in manifest["sources"]}
+    # Magicoder's file has 5 rows, 3 of them evol's in other case and spacing: its 2 distinct ones are kept.
+    assert kept == {EVOL["repo"]: (6, 0), MAGICODER["repo"]: (2, 3), GLAIVE["repo"]: (3, 0)}
+    assert manifest["total"] == 11 and manifest["dropped"] == 3
+    assert len(list(node.path(f"{DATA}/sources").glob("*/converted.jsonl"))) == 3
+
+
+def test_a_split_the_hub_does_not_have_is_refused_naming_its_splits(node):
+    stack = mix_stack(node.values, [{**GLAIVE, "count": 1}])
+    node.before(stack)
+    # The plan checks the split against the known listing; the node checks the download the same way.
+    unit = node.graph(stack)[KEY]
+    node.apply(unit)
+    download = next(node.path(f"{DATA}/sources").glob("*/download"))
+    script = node.path("/usr/local/lib/gpuhosts/dataset-prepare.py")
+    result = subprocess.run(["python3", str(script), "files", "--split", "test", str(download)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "no file of split 'test' by the Hub's rule (its splits: train)" in result.stderr
+    done = subprocess.run(["python3", str(script), "files", "--split", "train", str(download)],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["glaive-function-calling-v2.json"]
