@@ -147,3 +147,103 @@ def test_stale_locks_are_swept_and_live_ones_kept(tmp_path):
         os.close(held)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["held.safetensors.lock", "kept.safetensors",
                                                            "kept.safetensors.lock"]
+
+
+# --- layer by layer: the file vLLM's connector writes, [num_tokens, num_hidden_states, hidden_size] (vLLM 0.26.0
+# example_hidden_states_connector.py extract_from_kv_cache), built here for each case ----------------------------
+
+import math
+import struct
+
+from trainer_node import safetensors_bytes
+
+LAYERS = (2, 17, 32, 47, 62, 64)  # the trainer stack's: the trainer's ids and the last layer (tests/test_trainer_argv.py)
+TOKENS, HIDDEN = 3, 8
+
+
+def _encode(dtype: str, values: list[float]) -> bytes:
+    if dtype == "BF16":  # the upper half of the float32
+        return b"".join(struct.pack("<f", v)[2:] for v in values)
+    if dtype == "F8_E4M3":  # only what the cases need: 1.0, 0.0 and NaN (S.1111.111)
+        return bytes({1.0: 0x38, 0.0: 0x00}.get(v, 0x7F) if not math.isnan(v) else 0x7F for v in values)
+    return struct.pack(f"<{len(values)}{ {'F64': 'd', 'F32': 'f', 'F16': 'e'}[dtype] }", *values)
+
+
+def _states(dtype: str, layer_value, shape=(TOKENS, len(LAYERS), HIDDEN)) -> bytes:
+    """`hidden_states` with layer j's slice filled by layer_value(j, token, index); token_ids beside it."""
+    tokens, layers, hidden = shape
+    values = [layer_value(j, t, h) for t in range(tokens) for j in range(layers) for h in range(hidden)]
+    return safetensors_bytes({"hidden_states": (dtype, list(shape), _encode(dtype, values)),
+                              "token_ids": ("I64", [tokens], struct.pack(f"<{tokens}q", *range(tokens)))})
+
+
+def _normal(j, t, h):
+    return 1.0 if (j + t + h) % 3 else 0.0  # zeros among them, as real states have
+
+
+def _zero_layer(layer):
+    return lambda j, t, h: 0.0 if LAYERS[j] == layer else _normal(j, t, h)
+
+
+def _special_at(layer, value, token=1):
+    return lambda j, t, h: value if (LAYERS[j], t, h) == (layer, token, 5) else _normal(j, t, h)
+
+
+LAYER_CASES = [
+    ("every layer non-zero, F16", "F16", _normal, []),
+    ("every layer non-zero, BF16", "BF16", _normal, []),
+    ("every layer non-zero, F32", "F32", _normal, []),
+    ("one Gated DeltaNet layer zeroed", "BF16", _zero_layer(17), ["layer 17 is all zeros"]),
+    ("the last layer zeroed", "F16", _zero_layer(64), ["layer 64 is all zeros"]),
+    ("the GDN layers zeroed, full attention kept", "BF16",
+     lambda j, t, h: 0.0 if LAYERS[j] in (2, 17, 32, 62) else _normal(j, t, h),
+     [f"layer {n} is all zeros" for n in (2, 17, 32, 62)]),
+    ("negative zero is zero", "F32", lambda j, t, h: -0.0 if LAYERS[j] == 47 else _normal(j, t, h),
+     ["layer 47 is all zeros"]),
+    ("a NaN in one layer", "F16", _special_at(32, math.nan), ["inf or NaN in layer(s) 32"]),
+    ("an inf in one layer", "BF16", _special_at(2, math.inf), ["inf or NaN in layer(s) 2"]),
+    ("an inf in F64", "F64", _special_at(62, -math.inf), ["inf or NaN in layer(s) 62"]),
+    ("a NaN in F8_E4M3", "F8_E4M3", _special_at(47, math.nan), ["inf or NaN in layer(s) 47"]),
+    ("all zero", "F16", lambda j, t, h: 0.0, ["hidden_states [3, 6, 8] (F16) is all zeros"]),
+]
+
+
+@pytest.mark.parametrize("dtype, value, words", [c[1:] for c in LAYER_CASES], ids=[c[0] for c in LAYER_CASES])
+def test_each_layer_the_drafter_reads_is_checked(tmp_path, dtype, value, words):
+    path = tmp_path / "req.safetensors"
+    path.write_bytes(_states(dtype, value))
+    _, problems = check([path], LAYERS)
+    assert len(problems) == len(words), problems
+    for word, problem in zip(words, problems):
+        assert word in problem, problem
+
+
+def test_the_whole_tensor_check_misses_a_zeroed_layer_the_layer_check_names(tmp_path):
+    path = tmp_path / "req.safetensors"
+    path.write_bytes(_states("BF16", _zero_layer(17)))
+    assert check([path])[1] == []
+    assert "layer 17 is all zeros" in check([path], LAYERS)[1][0]
+
+
+@pytest.mark.parametrize("shape", [(TOKENS, 5, HIDDEN), (len(LAYERS), TOKENS, HIDDEN)], ids=["5 layers", "layers first"])
+def test_a_layout_that_is_not_one_slice_per_extracted_layer_is_an_error(tmp_path, shape):
+    path = tmp_path / "req.safetensors"
+    path.write_bytes(_states("F16", lambda j, t, h: 1.0, shape))
+    with pytest.raises(ValueError, match=r"not \[tokens, 6 layers, hidden\]"):
+        check([path], LAYERS)
+
+
+def test_the_node_script_names_the_zero_layer(tmp_path):
+    plan = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS))
+    (script,) = [f for f in plan.graph["hidden-state-server"].files if f.path == CHECK_SCRIPT]
+    (tmp_path / "check.py").write_text(script.content)
+    path = tmp_path / "req.safetensors"
+    path.write_bytes(_states("BF16", _zero_layer(47)))
+    layers = ",".join(map(str, plan.ids.server))
+    assert layers == ",".join(map(str, LAYERS))
+    result = subprocess.run([sys.executable, "-I", str(tmp_path / "check.py"), "--layers", layers, str(path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "layer 47 is all zeros" in result.stdout, result.stdout + result.stderr
+    bad = subprocess.run([sys.executable, "-I", str(tmp_path / "check.py"), "--layers", "2,x", str(path)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "comma-separated layer ids" in bad.stderr

@@ -84,10 +84,12 @@ class StateServer:
 
     def write(self, target: Path, lock_fd: int) -> None:
         try:
+            # [num_tokens, num_hidden_states, hidden_size], as the connector's extract_from_kv_cache gathers them:
+            # 2 tokens, the trainer stack's 6 extracted layers, a hidden size of 4.
             values = [0.0] * 48 if self.zeros else [0.5 * (i % 7 - 3) for i in range(48)]
             target.write_bytes(safetensors_bytes(
-                {"hidden_states": ("F32", [6, 8], struct.pack("<48f", *values)),
-                 "token_ids": ("I64", [6], struct.pack("<6q", *range(6)))}))
+                {"hidden_states": ("F32", [2, 6, 4], struct.pack("<48f", *values)),
+                 "token_ids": ("I64", [2], struct.pack("<2q", *range(2)))}))
         finally:
             os.close(lock_fd)  # releases LOCK_EX
 

@@ -1,9 +1,17 @@
-"""The hidden-state check: refuse to train on hidden states that are all zero.
+"""The hidden-state check: refuse to train on hidden states that are zero or not finite, layer by layer.
 
 vLLM before #46301 extracted all-zero hidden states from hybrid (Gated DeltaNet) verifiers, silently: the drafter
-"trains" and then accepts nothing. After the hidden-state server starts, one short request makes it write the
-states of one sample (safetensors, under its --hidden-states-path); this module reads that file and fails when a
-floating-point tensor in it is entirely zero.
+"trains" and then accepts nothing. A bug that zeroes only some layers (say the Gated DeltaNet ones) or overflows one
+to inf/NaN is as silent, so every layer the drafter reads is checked on its own. After the hidden-state server
+starts, one short request makes it write the states of one sample (safetensors, under its --hidden-states-path);
+this module reads that file and fails when a floating-point tensor in it is entirely zero, holds an inf or a NaN,
+or, given the layers the server extracts (--layers), when the slice of any of those layers is.
+
+The layout is the connector's (vLLM 0.26.0 example_hidden_states_connector.py): `hidden_states` is
+extract_from_kv_cache's gather of the cache view [num_blocks, num_hidden_states, block_size, hidden_size] by slot,
+so [num_tokens, num_hidden_states, hidden_size] (its get_required_kvcache_layout: the states of one token kept
+together), one slice per extracted layer in the order launch_vllm.py passes them (the trainer's layer ids, then the
+last layer); `token_ids` beside it.
 
 The file is not there when the response arrives. vLLM's ExampleHiddenStatesConnector (vLLM 0.26.0,
 vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py) names it in the response's
@@ -22,6 +30,7 @@ naming each tensor's dtype, shape and byte range, then the raw bytes), so it nee
 from __future__ import annotations
 
 import argparse
+import array
 import contextlib
 import fcntl
 import json
@@ -34,6 +43,13 @@ from pathlib import Path
 
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
 CHUNK = 1 << 20
+# Per float dtype: the array typecode of its bits, the exponent bits that are all ones for inf and NaN (the
+# magnitude bits for F8_E4M3, whose only non-finite value is NaN, S.1111.111), and the bits of the magnitude.
+BITS = {"F64": ("Q", 0x7FF0000000000000, 0x7FFFFFFFFFFFFFFF), "F32": ("I", 0x7F800000, 0x7FFFFFFF),
+        "F16": ("H", 0x7C00, 0x7FFF), "BF16": ("H", 0x7F80, 0x7FFF), "F8_E4M3": ("B", 0x7F, 0x7F),
+        "F8_E5M2": ("B", 0x7C, 0x7F)}
+# The tensor vLLM's connector writes the states under.
+STATES = "hidden_states"
 
 
 @dataclass(frozen=True)
@@ -43,10 +59,38 @@ class TensorReport:
     dtype: str
     shape: tuple[int, ...]
     zero: bool
+    nonfinite: bool = False
+    # The layer slices of `hidden_states` that are zero or not finite, by layer id (with --layers).
+    zero_layers: tuple[int, ...] = ()
+    nonfinite_layers: tuple[int, ...] = ()
 
 
-def read_tensors(path: Path) -> list[TensorReport]:
-    """Every floating-point tensor of a safetensors file, and whether all its bytes are zero."""
+def _words(dtype: str, raw: bytes) -> array.array:
+    typecode, _, _ = BITS[dtype]
+    words = array.array(typecode)
+    if words.itemsize * 8 != {"Q": 64, "I": 32, "H": 16, "B": 8}[typecode]:
+        raise ValueError(f"this Python's array {typecode!r} is not {dtype}'s width")
+    words.frombytes(raw)
+    if sys.byteorder == "big":
+        words.byteswap()  # safetensors is little-endian
+    return words
+
+
+def _judge(dtype: str, words) -> tuple[bool, bool]:
+    """(all zero, any inf or NaN) of a run of `dtype` values given as their bits; -0.0 is zero."""
+    _, special, magnitude = BITS[dtype]
+    zero, nonfinite = True, False
+    for word in words:
+        if word & magnitude:
+            zero = False
+            if word & special == special:
+                return False, True
+    return zero, nonfinite
+
+
+def read_tensors(path: Path, layers: tuple[int, ...] = ()) -> list[TensorReport]:
+    """Every floating-point tensor of a safetensors file, whether it is all zero or holds an inf or a NaN, and, given
+    the extracted layers, which of `hidden_states`' layer slices are."""
     with open(path, "rb") as handle:
         raw = handle.read(8)
         if len(raw) != 8:
@@ -63,32 +107,64 @@ def read_tensors(path: Path) -> list[TensorReport]:
         for name, info in sorted(header.items()):
             if name == "__metadata__" or info.get("dtype") not in FLOAT_DTYPES:
                 continue
+            dtype, shape = info["dtype"], tuple(info.get("shape", ()))
             begin, end = info["data_offsets"]
             handle.seek(base + begin)
-            remaining, zero = end - begin, True
-            while remaining > 0 and zero:
-                block = handle.read(min(CHUNK, remaining))
-                if not block:
-                    raise ValueError(f"{path}: tensor {name} is cut short")
-                zero = not any(block)
-                remaining -= len(block)
-            reports.append(TensorReport(str(path), name, info["dtype"], tuple(info.get("shape", ())), zero))
+            data = handle.read(end - begin)
+            if len(data) != end - begin:
+                raise ValueError(f"{path}: tensor {name} is cut short")
+            zero, nonfinite = _judge(dtype, _words(dtype, data))
+            zero_layers, nonfinite_layers = (), ()
+            if layers and name == STATES:
+                zero_layers, nonfinite_layers = _layer_slices(path, dtype, shape, data, layers)
+            reports.append(TensorReport(str(path), name, dtype, shape, zero, nonfinite, zero_layers, nonfinite_layers))
         return reports
 
 
-def check(paths: list[Path]) -> tuple[list[TensorReport], list[str]]:
-    """The tensors read, and why training must not start (empty when it may)."""
+def _layer_slices(path: Path, dtype: str, shape: tuple[int, ...], data: bytes,
+                  layers: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The layers whose slice [:, j, :] of a [num_tokens, num_hidden_states, hidden_size] tensor is all zero, and
+    those holding an inf or a NaN."""
+    if len(shape) != 3 or shape[1] != len(layers):
+        raise ValueError(f"{path}: {STATES} is {list(shape)}, not [tokens, {len(layers)} layers, hidden] for the "
+                         f"{len(layers)} layers the server extracts ({', '.join(map(str, layers))})")
+    tokens, count, hidden = shape
+    words = _words(dtype, data)
+    zero, nonfinite = [], []
+    for j, layer in enumerate(layers):
+        verdicts = [_judge(dtype, words[(t * count + j) * hidden:(t * count + j + 1) * hidden]) for t in range(tokens)]
+        if all(z for z, _ in verdicts):
+            zero.append(layer)
+        if any(n for _, n in verdicts):
+            nonfinite.append(layer)
+    return tuple(zero), tuple(nonfinite)
+
+
+def check(paths: list[Path], layers: tuple[int, ...] = ()) -> tuple[list[TensorReport], list[str]]:
+    """The tensors read, and why training must not start (empty when it may). `layers`: the layer ids the server
+    extracts, in its order; each one's slice of `hidden_states` is judged on its own."""
     reports: list[TensorReport] = []
     problems: list[str] = []
     for path in paths:
-        found = read_tensors(path)
+        found = read_tensors(path, layers)
         if not found:
             problems.append(f"{path}: no floating-point tensor in it")
+        elif layers and not any(r.name == STATES for r in found):
+            problems.append(f"{path}: no {STATES} tensor, which the server writes the extracted layers under")
         reports += found
     for report in reports:
+        where = f"{report.file}: {report.name} {list(report.shape)} ({report.dtype})"
         if report.zero:
-            problems.append(f"{report.file}: {report.name} {list(report.shape)} ({report.dtype}) is all zeros — the "
-                            "server extracts no hidden states from this verifier (vLLM without #46301?)")
+            problems.append(f"{where} is all zeros — the server extracts no hidden states from this verifier (vLLM "
+                            "without #46301?)")
+            continue
+        for layer in report.zero_layers:
+            problems.append(f"{where}: layer {layer} is all zeros — the server extracts nothing from that layer "
+                            "(a Gated DeltaNet layer of a hybrid verifier, with a vLLM that zeroes them?)")
+        if report.nonfinite:
+            layers_named = ", ".join(map(str, report.nonfinite_layers))
+            problems.append(f"{where} holds inf or NaN" + (f" in layer(s) {layers_named}" if layers_named else "")
+                            + " — the verifier's states overflow (its dtype, or a broken checkpoint)")
     if not paths:
         problems.append("no hidden-state file to check")
     return reports, problems
@@ -168,12 +244,13 @@ def sweep_locks(directory: Path) -> int:
     return removed
 
 
-def check_response(response_file: Path, root: str, timeout_s: float) -> tuple[list[TensorReport], list[str]]:
+def check_response(response_file: Path, root: str, timeout_s: float,
+                   layers: tuple[int, ...] = ()) -> tuple[list[TensorReport], list[str]]:
     """Read the file a probe's response names (under `root`, the node's file system), once written; remove it."""
     path = Path(root + hidden_states_path(json.loads(response_file.read_text())))
     try:
         with written(path, timeout_s):
-            return check([path])
+            return check([path], layers)
     finally:
         remove_states(path)
 
@@ -185,22 +262,31 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--root", default="", help="where the node's file system is mounted (tests)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server's writer")
     parser.add_argument("--sweep", type=Path, help="directory whose stale .safetensors.lock files to remove")
+    parser.add_argument("--layers", default="", help="the layer ids the server extracts, in its order "
+                                                     "(comma-separated): each layer's slice is checked")
     args = parser.parse_args(argv)
+    try:
+        layers = tuple(int(word) for word in args.layers.split(",") if word.strip())
+    except ValueError:
+        parser.error(f"--layers {args.layers!r}: give comma-separated layer ids, e.g. 2,17,32,47,62,64")
     if args.sweep is not None and args.sweep.is_dir():
         swept = sweep_locks(args.sweep)
         if swept:
             print(f"hidden-state check: removed {swept} stale lock file(s) under {args.sweep}")
     try:
         if args.response is not None:
-            reports, problems = check_response(args.response, args.root, args.timeout)
+            reports, problems = check_response(args.response, args.root, args.timeout, layers)
         else:
-            reports, problems = check(args.files)
+            reports, problems = check(args.files, layers)
     except (OSError, ValueError, TimeoutError) as error:
         print(f"hidden-state check: cannot read: {error}")
         return 2
     for report in reports:
-        print(f"hidden-state check: {report.name} {list(report.shape)} {report.dtype}: "
-              f"{'ALL ZERO' if report.zero else 'non-zero'}")
+        verdict = ("ALL ZERO" if report.zero else "NOT FINITE" if report.nonfinite else
+                   f"layer(s) {', '.join(map(str, report.zero_layers))} ALL ZERO" if report.zero_layers else
+                   f"non-zero and finite in each of layers {', '.join(map(str, layers))}"
+                   if layers and report.name == STATES else "non-zero and finite")
+        print(f"hidden-state check: {report.name} {list(report.shape)} {report.dtype}: {verdict}")
     for problem in problems:
         print(f"hidden-state check: refused: {problem}")
     print("hidden-state check: " + ("FAILED" if problems else "passed"))

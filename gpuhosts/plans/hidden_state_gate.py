@@ -1,5 +1,6 @@
 """HiddenStateCheck: after the hidden-state server (re)starts, one short request makes it write a sample's states,
-and the shipped check refuses all-zero ones (vLLM before #46301 extracts zeros from hybrid verifiers, silently).
+and the shipped check refuses them when any layer the server extracts is all zero or not finite (vLLM before #46301
+extracts zeros from hybrid verifiers, silently).
 The training's launch script runs the same probe before torchrun starts."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from gpuhosts.envspec import EnvSpec
 from gpuhosts.plans.hidden_state_server import CHECK_SCRIPT, HiddenStateServer
 from gpuhosts.plans.node_units import check_unit
 from gpuhosts.render import render
-from gpuhosts.training import TrainerStack
+from gpuhosts.training import LayerIds, TrainerStack
 from gpuhosts.units import Unit
 
 KEY = "hidden-state-check"
@@ -29,6 +30,8 @@ class StateProbe:
     states_dir: str
     python: str
     probe_request: str
+    # The layer ids the server extracts, in its order (LayerIds.server): one slice each in the file it writes.
+    layers: str = ""
     check_script: str = CHECK_SCRIPT
     ready_timeout_s: int = READY_TIMEOUT_S
     write_timeout_s: int = WRITE_TIMEOUT_S
@@ -37,10 +40,10 @@ class StateProbe:
         return asdict(self)
 
 
-def state_probe(stack: TrainerStack, server: HiddenStateServer, vllm_env: EnvSpec) -> StateProbe:
+def state_probe(stack: TrainerStack, server: HiddenStateServer, vllm_env: EnvSpec, ids: LayerIds) -> StateProbe:
     request = {"model": stack.model_dir(stack.training.verifier), "prompt": PROBE_PROMPT, "max_tokens": 1}
     return StateProbe(server_url=server.url, states_dir=server.states_dir, python=vllm_env.interpreter,
-                      probe_request=json.dumps(request))
+                      probe_request=json.dumps(request), layers=",".join(map(str, ids.server)))
 
 
 def plan_hidden_state_check(server: HiddenStateServer, probe: StateProbe) -> Unit:

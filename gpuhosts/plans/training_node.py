@@ -115,7 +115,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                                    (speculators_step, verifier_step, download_steps["drafter"].key))
     server = plan_hidden_state_server(stack, ids, envs.speculators, envs.vllm,
                                       (env_steps["vllm"].key, speculators_step, verifier_step))
-    probe = state_probe(stack, server, envs.vllm)
+    probe = state_probe(stack, server, envs.vllm, ids)
     check = plan_hidden_state_check(server, probe)
     job = plan_training_job(stack, ids, num_verifier_layers, envs.speculators, data, drafter, server, probe,
                             (check.key, data.unit.key, drafter.unit.key, speculators_step))
