@@ -179,9 +179,12 @@ def main() -> int:
                                                                        "hostKey": dbed.ssh.host_key}})
                     program = dbed.program(here)
                 drift.tamper(dbed)
-                changed = dbed.preview(program=program).changed()
+                preview = dbed.preview(program=program)
+                changed = preview.changed()
                 is_shown = set(changed) == set(drift.shown) and all(
-                    path in changed[unit].diffs for unit, path in drift.shown.items())
+                    path in changed[unit].diffs for unit, path in drift.shown.items()) and all(
+                    words in str(preview.facts[unit].get(drift.shown[unit][len('facts["'):-len('"]')]))
+                    for unit, words in drift.names.items())
                 shown += is_shown
                 if drift.refuse:
                     refusal_cases += 1

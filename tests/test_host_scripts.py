@@ -172,6 +172,40 @@ def test_destroy_restores_the_start_keeps_the_container_disk_and_is_harmless_twi
     assert converged.digest() == start
 
 
+DEVICES_RECORD = "var/lib/gpuhosts/lxc-129-devices.state"
+
+
+@pytest.mark.parametrize("record", ["cut to one line", "missing", "naming the user's own entry"])
+def test_devices_teardown_reads_the_container_as_it_is_whatever_the_record_says(converged, record):
+    """Teardown removes every devN that names a node gpuhosts gives CT 129 (the declared GPUs' /dev/nvidia<minor>,
+    /dev/nvidiactl, the uvm pair), found in the container's config: a record cut short or lost leaves none behind,
+    and no line of it makes another entry go."""
+    (converged.tree / "dev/dri").mkdir()
+    (converged.tree / "dev/dri/renderD128").write_text("c 226:128\n")
+    result = converged.run("pct set 129 --dev5 /dev/dri/renderD128,gid=104")
+    assert result.returncode == 0, result.stderr
+    ours = sorted([f"/dev/nvidia{converged.minor(a)}" for a in A6000]
+                  + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+    assert sorted(converged.container_devices()) == sorted(ours + ["/dev/dri/renderD128"])
+    state = converged.tree / DEVICES_RECORD
+    lines = state.read_text().splitlines()
+    assert len(lines) == 5, lines
+    if record == "cut to one line":
+        state.write_text(lines[0] + "\n")
+    elif record == "missing":
+        state.unlink()
+    else:
+        state.write_text("\n".join(lines[:1] + ["dev5 /dev/dri/renderD128", "dev9 /dev/sda"]) + "\n")
+
+    output = converged.apply(converged.unit("ct129-gpu-devices"), "teardown")
+    assert parse_result(output).changed
+    assert converged.container_devices() == ["/dev/dri/renderD128"], converged.text("/etc/pve/lxc/129.conf")
+    assert "dev5: /dev/dri/renderD128,gid=104" in converged.text("/etc/pve/lxc/129.conf").splitlines()
+    assert sorted(line.split(" (")[1].split(")")[0] for line in output.splitlines() if "removed dev" in line) == ours
+    assert not state.exists()
+    assert not parse_result(converged.apply(converged.unit("ct129-gpu-devices"), "teardown")).changed
+
+
 def refused(host: Host, unit: Unit, words: str, operation: str = "ensure") -> None:
     before = host.digest()
     result = host.run(getattr(unit, operation))

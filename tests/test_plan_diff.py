@@ -202,7 +202,8 @@ def test_a_removed_stack_warns_what_each_teardown_undoes_with_the_gpus_and_vmids
     for words in ("vfio-binding: WARNING its teardown undoes: RTX 3090 0000:01:00.0, RTX 3090 0000:21:00.0 returned "
                   "from vfio-pci to the driver each had before (nvidia where it is installed)",
                   "nvidia-driver: WARNING its teardown undoes: NVIDIA driver 580.126.09 uninstalled",
-                  "ct129-gpu-devices: WARNING its teardown undoes: devN entries gpuhosts added removed from CT 129",
+                  "ct129-gpu-devices: WARNING its teardown undoes: devN entries naming the nodes gpuhosts gives "
+                  "removed from CT 129",
                   "ct129-service-qwen-sglang: WARNING its teardown undoes: service qwen-sglang",
                   "CT 129 restarts (allowRestart: true) — ct129-gpu-devices removed"):
         assert words in text

@@ -55,6 +55,9 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig, need
     facts = [Fact(f"device {gpu.address}", f"container_device_of_gpu {gpu.address}", "passed")
              for gpu in config.container_gpus(container.vmid)]
     facts += [Fact(f"device {node}", f"container_device {node}", "passed") for node in CONTROL_NODES]
+    # Another guest on one of them is drift the ensure refuses: the value names the guest.
+    facts += [Fact(f"other guests on {gpu.address}", f"gpu_guests {gpu.address}", "none")
+              for gpu in config.container_gpus(container.vmid)]
     # What the host's driver decided, for the record: the GPUs' minors and the dynamic majors.
     facts += [observation(f"minor of {gpu.address}", f"gpu_minor {gpu.address}")
               for gpu in config.container_gpus(container.vmid)]
@@ -68,8 +71,8 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig, need
         probe=render_probe(unit, facts, prelude=prelude),
         desired=desired(facts),
         needs=needs,
-        undoes=(f"devN entries gpuhosts added removed from CT {container.vmid} ({container.hostname}): GPUs "
-                f"{', '.join(gpu.address for gpu in config.container_gpus(container.vmid))}, "
+        undoes=(f"devN entries naming the nodes gpuhosts gives removed from CT {container.vmid} "
+                f"({container.hostname}): GPUs {', '.join(gpu.address for gpu in config.container_gpus(container.vmid))}, "
                 f"{', '.join(CONTROL_NODES)}; the container loses them at its next restart"),
         restarts=container.vmid,
         restart_allowed=container.allow_restart,

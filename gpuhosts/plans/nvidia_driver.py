@@ -36,6 +36,9 @@ def driver_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
         Fact("loaded module", "module_version", version),
         Fact("loaded module type", "module_type", config.nvidia.kernel_module_type.value),
         *systemd_unit_facts(files["persistenced_unit"]),
+        # The daemon keeps it on (--persistence-mode); `nvidia-smi -pm 0` turns it off behind the daemon's back.
+        *(Fact(f"persistence mode {gpu.address}", f"persistence_mode {gpu.address}", "Enabled")
+          for gpu in config.nvidia_gpus),
     ]
 
 
@@ -52,7 +55,7 @@ def plan_nvidia_driver(config: StackConfig, needs: tuple[str, ...]) -> Unit:
         kind="NvidiaDriver",
         ensure=render("nvidia_driver/ensure.sh.j2", **values),
         teardown=render("nvidia_driver/teardown.sh.j2", **values),
-        probe=render_probe(UNIT, facts),
+        probe=render_probe(UNIT, facts, prelude=render("nvidia_driver/probe-helpers.sh.j2")),
         desired=desired(facts),
         needs=needs,
         files=tuple(files.values()),

@@ -107,6 +107,8 @@ class Change:
 class Preview:
     changes: dict[str, Change]
     refreshed: dict[str, list[str]]     # per resource name: the input paths a refresh changed
+    # Per host unit's name: its facts as the preview's refresh read them (the values the display shows).
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def changed(self) -> dict[str, Change]:
         return {name: change for name, change in self.changes.items() if change.operation != "same"}
@@ -297,8 +299,10 @@ class Engine:
             refreshed = self.refresh(stored, targets) if refresh else {}
             adopt_aliased(program, stored)
             steps = self._steps(program, stored)
+            facts = {entry["name"]: entry["inputs"].get("facts") or {} for entry in stored.values()
+                     if is_host_unit(entry)}
             return Preview(by_name(program, stored, {urn: change for urn, (change, _checked) in steps.items()}),
-                           refreshed)
+                           refreshed, facts)
         finally:
             self._stop()
 

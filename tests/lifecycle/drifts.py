@@ -24,6 +24,7 @@ class Drift:
     shown: dict[str, str]               # unit -> a fact name that must be among the diff's paths
     repaired_by: tuple[str, ...] = ()   # the units whose ensure runs; default: the units shown
     refuse: str = ""                    # for drift ensure must not repair: the words of the refusal
+    names: dict[str, str] = field(default_factory=dict)  # unit -> words the refreshed value of its shown fact holds
 
     @property
     def repairs(self) -> tuple[str, ...]:
@@ -52,6 +53,15 @@ def vm_takes_a_container_gpu(bed) -> None:
             "systemctl disable --now gpuhosts-nvidia-persistenced.service && qm start 105")(bed)
 
 
+def another_container_takes_a_gpu(bed) -> None:
+    """CT 130, made by hand beside CT 129 and given CT 129's first A6000 (its node, /dev/nvidia<minor>), started:
+    two containers on one GPU."""
+    on_host('r="$GPUHOSTS_HOST_ROOT"; m="$(sed -n "s/^Device Minor:[[:space:]]*//p" '
+            '"$r/proc/driver/nvidia/gpus/0000:41:00.0/information")" && mkdir -p "$r/var/lib/lxc/130/rootfs" && '
+            'printf "arch: amd64\\nhostname: other\\nrootfs: local-zfs:subvol-130-disk-0,size=8G\\n'
+            'unprivileged: 0\\ndev0: /dev/nvidia%s\\n" "$m" >"$r/etc/pve/lxc/130.conf" && pct start 130')(bed)
+
+
 CONTAINER = 'pct exec 129 -- bash -c '
 
 DRIFTS = [
@@ -67,6 +77,9 @@ DRIFTS = [
     Drift("nvidia-persistenced disabled", "kpro5",
           on_host("systemctl disable --now gpuhosts-nvidia-persistenced.service"),
           {"nvidia-driver": 'facts["systemd gpuhosts-nvidia-persistenced.service"]'}),
+    Drift("persistence mode turned off on the A6000s", "kpro5",
+          on_host("nvidia-smi -i 0000:41:00.0 -pm 0 && nvidia-smi -i 0000:61:00.0 -pm 0"),
+          {"nvidia-driver": 'facts["persistence mode 0000:41:00.0"]'}, names={"nvidia-driver": "Disabled"}),
     Drift("service unit edited by hand", "kpro5",
           on_host(CONTAINER + "'printf \"Nice=5\\n\" >>\"${GPUHOSTS_HOST_ROOT:-}/etc/systemd/system/gpuhosts-qwen-sglang.service\"'"),
           {"ct129-service-qwen-sglang": 'facts["file /etc/systemd/system/gpuhosts-qwen-sglang.service"]'}),
@@ -84,8 +97,14 @@ DRIFTS = [
           on_host('printf "Nice=5\\n" >>"$GPUHOSTS_HOST_ROOT/etc/systemd/system/gpuhosts-training-monitor.service"'),
           {"training-monitor": 'facts["file /etc/systemd/system/gpuhosts-training-monitor.service"]'}),
     Drift("a running VM holds a GPU meant for the container", "kpro5", vm_takes_a_container_gpu,
-          {"vfio-binding": 'facts["running VM with 0000:61:00"]', "ct129-gpu-devices": 'facts["device 0000:61:00.0"]',
+          {"vfio-binding": 'facts["running VM with 0000:61:00"]',
+           "ct129-gpu-devices": 'facts["other guests on 0000:61:00.0"]',
            "nvidia-driver": 'facts["systemd gpuhosts-nvidia-persistenced.service"]',
            "nvidia-uvm-at-boot": 'facts["node of GPU 0000:61:00.0"]'},
-          refuse="VM 105 is running with 0000:61:00 passed through"),
+          refuse="VM 105 is running with 0000:61:00 passed through",
+          names={"vfio-binding": "VM 105", "ct129-gpu-devices": "VM 105 (running with 0000:61:00 in hostpci)"}),
+    Drift("another running container holds a GPU of CT 129", "kpro5", another_container_takes_a_gpu,
+          {"ct129-gpu-devices": 'facts["other guests on 0000:41:00.0"]'},
+          refuse="GPU 0000:41:00.0 is held by CT 130 (running with dev0: /dev/nvidia",
+          names={"ct129-gpu-devices": "CT 130 (running with dev0: /dev/nvidia"}),
 ]

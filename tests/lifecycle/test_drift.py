@@ -7,6 +7,8 @@ cases are data (tests/lifecycle/drifts.py).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from engine import ApplyError
@@ -45,6 +47,9 @@ def check_drift(bed, drift: Drift, values=None) -> None:
     assert set(changed) == set(drift.shown), {k: v.diffs for k, v in changed.items()}
     for unit, path in drift.shown.items():
         assert changed[unit].operation == "update" and path in changed[unit].diffs, (unit, changed[unit].diffs)
+    for unit, words in drift.names.items():
+        value = preview.facts[unit][re.fullmatch(r'facts\["(.+)"\]', drift.shown[unit])[1]]
+        assert words in value, (unit, value)
     if drift.refuse:
         before = bed.digest()
         with pytest.raises(ApplyError) as caught:

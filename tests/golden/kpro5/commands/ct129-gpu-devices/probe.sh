@@ -1,6 +1,183 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-gpu-devices]
 # The probe of ct129-gpu-devices: reads the host and changes nothing; prints one facts line.
 # [templates/lxc_gpu_passthrough/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
+# node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
+# PVE::INotify::nodename does (`hostname` may print an FQDN).
+node_name() {
+  local name
+  name="$(hostname)"
+  printf '%s\n' "${name%%.*}"
+}
+
+# mapped_paths NAME — the PCI paths a cluster resource mapping (`hostpciN: mapping=NAME`) gives this node.
+mapped_paths() {
+  local node
+  node="$(node_name)"
+  [ -r "$root/etc/pve/mapping/pci.cfg" ] || return 0
+  awk -v name="$1" -v node="$node" '
+    /^[^[:space:]]/ {inside = ($1 == name); next}
+    inside && $1 == "map" {
+      this = ""; paths = ""
+      n = split($2, kv, ",")
+      for (i = 1; i <= n; i++) {
+        if (substr(kv[i], 1, 5) == "node=") this = substr(kv[i], 6)
+        if (substr(kv[i], 1, 5) == "path=") paths = substr(kv[i], 6)
+      }
+      if (this == node) print paths
+    }' "$root/etc/pve/mapping/pci.cfg" | tr ';' ' '
+}
+
+# hostpci_ids CONFIG — the PCI ids every hostpciN line of `qm config` output names, one a line, mappings resolved.
+# A property string's keys come in any order and `host` is its default key: `pcie=1,0000:01:00` names the host too.
+hostpci_ids() {
+  local line value part id
+  local -a parts
+  while IFS= read -r line; do
+    [[ "$line" =~ ^hostpci[0-9]+:[[:space:]]*(.*)$ ]] || continue
+    value="${BASH_REMATCH[1]}"
+    IFS=',' read -ra parts <<<"$value"
+    for part in "${parts[@]}"; do
+      case "$part" in
+        host=*) part="${part#host=}" ;;
+        mapping=*) part="$(mapped_paths "${part#mapping=}")" ;;
+        *=* | "") continue ;;
+      esac
+      for id in ${part//;/ }; do
+        normal_address "$id"
+      done
+    done
+  done <<<"$1"
+}
+
+# vm_table — "VMID STATUS ID" for every PCI id in a VM's current config (`qm config --current`: what a running VM
+# has, not what is pending), STATUS as `qm status` says it ("stopped" or what QMP reports: running, paused, …).
+# The VM list comes from `qm list`'s first column only: the NAME column may hold a blank ("VM 105"). When a qm call
+# fails this prints why and returns 1 — "no VM" must never stand for "qm could not tell".
+vm_table() {
+  local out vmid config ids id status rows=""
+  if ! out="$(qm list 2>&1)"; then
+    printf 'qm list failed: %s\n' "$out"
+    return 1
+  fi
+  while read -r vmid _; do
+    [[ "$vmid" =~ ^[0-9]+$ ]] || continue
+    if ! config="$(qm config "$vmid" --current 2>&1)"; then
+      printf 'qm config %s --current failed: %s\n' "$vmid" "$config"
+      return 1
+    fi
+    ids="$(hostpci_ids "$config")"
+    [ -n "$ids" ] || continue
+    if ! status="$(qm status "$vmid" 2>&1)"; then
+      printf 'qm status %s failed: %s\n' "$vmid" "$status"
+      return 1
+    fi
+    status="${status#status: }"
+    for id in $ids; do
+      rows+="$vmid $status $id"$'\n'
+    done
+  done <<<"$out"
+  printf '%s' "$rows"
+}
+
+# load_vm_table — vm_table into $vm_table, once; a qm failure refuses. Call it in the script's own shell.
+vm_table_loaded=0
+vm_table=""
+load_vm_table() {
+  [ "$vm_table_loaded" = 0 ] || return 0
+  vm_table="$(vm_table)" || refuse "cannot tell which VMs use a GPU: $vm_table"
+  vm_table_loaded=1
+}
+
+# vms_using_slot SLOT — "vmid status" of every VM whose hostpciN names a function of SLOT, directly or through a
+# resource mapping (from $vm_table: load_vm_table first).
+vms_using_slot() {
+  local vmid status id seen=" "
+  while read -r vmid status id; do
+    [ -n "$vmid" ] || continue
+    if [ "${id%.*}" = "$1" ] || [ "$id" = "$1" ]; then
+      case "$seen" in *" $vmid "*) continue ;; esac
+      seen+="$vmid "
+      printf '%s %s\n' "$vmid" "$status"
+    fi
+  done <<<"$vm_table"
+}
+# --- other guests on the container's GPUs (the devices' ensure and probe) ------------------------------------
+# Two guests on one GPU is drift no ensure may repair: taking the GPU from the other guest stops whatever runs
+# there, so the probe names the guest and the ensure refuses. Read once per script, as each pct and qm call costs
+# a Perl start on a real host; a failed call is the fact's value, never "none".
+#
+# guest_table — "CT <vmid> <key> <path>" for each devN in effect (`pct config --current`) of every other running
+# container. Returns 1 with the reason when pct cannot tell.
+guest_table() {
+  local out id status config rows=""
+  if ! out="$(pct list 2>&1)"; then
+    printf 'pct list failed: %s\n' "$out"
+    return 1
+  fi
+  while read -r id status _; do
+    if ! [[ "$id" =~ ^[0-9]+$ ]] || [ "$id" = "$vmid" ] || [ "$status" != running ]; then
+      continue
+    fi
+    if ! config="$(pct config "$id" --current 2>&1)"; then
+      printf 'pct config %s --current failed: %s\n' "$id" "$config"
+      return 1
+    fi
+    while IFS=$'\t' read -r key path; do
+      [ -z "$key" ] || rows+="CT $id $key $path"$'\n'
+    done < <(parse_dev_entries <<<"$config")
+  done <<<"$out"
+  printf '%s' "$rows"
+}
+guests_error=""
+guests_cts="$(guest_table)" || { guests_error="${guests_cts//$'\n'/ }"; guests_cts=""; }
+# vm_table (vfio_binding/vms.sh.j2): every VM's PCI ids with its status.
+vm_table="$(vm_table)" || { guests_error="${guests_error:+$guests_error; }${vm_table//$'\n'/ }"; vm_table=""; }
+
+# guest_rows ADDRESS — "CT <vmid> <key> <path>" for each running container given the GPU's node
+# (/dev/nvidia<minor>), "VM <vmid> <status>" for each VM not stopped that lists its slot in hostpciN.
+guest_rows() {
+  local address="$1" minor node kind id key path status
+  minor="$(gpu_minor "$address")"
+  node="${minor:+/dev/nvidia$minor}"
+  while read -r kind id key path; do
+    if [ -n "$node" ] && [ "$kind" = CT ] && [ "$path" = "$node" ]; then
+      printf 'CT %s %s %s\n' "$id" "$key" "$path"
+    fi
+  done <<<"$guests_cts"
+  while read -r id status; do
+    if [ -n "$id" ] && [ "$status" != stopped ]; then
+      printf 'VM %s %s\n' "$id" "$status"
+    fi
+  done <<<"$(vms_using_slot "${address%.*}")"
+}
+
+# gpu_guests ADDRESS — the other guests that hold the GPU now, "none", or "unknown: <why>".
+gpu_guests() {
+  local kind id a b found=""
+  if [ -n "$guests_error" ]; then
+    printf 'unknown: %s\n' "$guests_error"
+    return 0
+  fi
+  while read -r kind id a b; do
+    case "$kind" in
+      CT) found+="${found:+; }CT $id (running with $a: $b)" ;;
+      VM) found+="${found:+; }VM $id ($a with ${1%.*} in hostpci)" ;;
+    esac
+  done < <(guest_rows "$1")
+  echo "${found:-none}"
+}
+
+# guest_fix ADDRESS — how each of those guests lets go of the GPU.
+guest_fix() {
+  local kind id a _b fixes=""
+  while read -r kind id a _b; do
+    case "$kind" in
+      CT) fixes+="${fixes:+; }pct stop $id && pct set $id --delete $a" ;;
+      VM) fixes+="${fixes:+; }qm stop $id, then remove the hostpciN entry that names ${1%.*} (qm config $id)" ;;
+    esac
+  done < <(guest_rows "$1")
+  printf '%s\n' "$fixes"
+}
 container_config="$(pct config "$vmid" 2>/dev/null || true)"
 
 # container_device NODE — "passed" when a devN entry of the container names NODE.
@@ -28,6 +205,8 @@ fact 'device 0000:61:00.0' "$( { container_device_of_gpu 0000:61:00.0; } 2>/dev/
 fact 'device /dev/nvidiactl' "$( { container_device /dev/nvidiactl; } 2>/dev/null || true)"
 fact 'device /dev/nvidia-uvm' "$( { container_device /dev/nvidia-uvm; } 2>/dev/null || true)"
 fact 'device /dev/nvidia-uvm-tools' "$( { container_device /dev/nvidia-uvm-tools; } 2>/dev/null || true)"
+fact 'other guests on 0000:41:00.0' "$( { gpu_guests 0000:41:00.0; } 2>/dev/null || true)"
+fact 'other guests on 0000:61:00.0' "$( { gpu_guests 0000:61:00.0; } 2>/dev/null || true)"
 fact 'observed: minor of 0000:41:00.0' "$( { gpu_minor 0000:41:00.0; } 2>/dev/null || true)"
 fact 'observed: minor of 0000:61:00.0' "$( { gpu_minor 0000:61:00.0; } 2>/dev/null || true)"
 fact 'observed: major of nvidia-uvm' "$( { char_major nvidia-uvm; } 2>/dev/null || true)"

@@ -225,4 +225,17 @@ for address in "${gpus[@]}"; do
     reboot_required=1
   fi
 done
+# Persistence mode turned off by hand (`nvidia-smi -pm 0`) while the daemon runs: `-pm 1` has the daemon keep the
+# GPU initialised again, through the RPC it serves for that (nvPdSetPersistenceMode: NVIDIA/nvidia-persistenced
+# nvpd_rpc.h). A GPU nvidia-smi cannot query yet (a module that waits for the reboot) is left as it is.
+if systemctl is-active --quiet "$persistenced_unit_name"; then
+  for address in "${gpus[@]}"; do
+    [ "$(pci_driver "$address")" = nvidia ] || continue
+    pm="$(nvidia-smi -i "$address" --query-gpu=persistence_mode --format=csv,noheader 2>&1)" || continue
+    if [ "$pm" = Disabled ]; then
+      nvidia-smi -i "$address" -pm 1 >/dev/null
+      note_change "persistence mode on again for GPU $address"
+    fi
+  done
+fi
 finish
