@@ -206,7 +206,8 @@ def add_subparser(commands) -> argparse.ArgumentParser:
                         help=f"private key file for the host (default: the file ${KEY_FILE_VARIABLE} names)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument("--dial-attempts", type=int, default=DIAL_ATTEMPTS, metavar="N",
-                        help=f"connection attempts before the host counts as unreachable (default {DIAL_ATTEMPTS})")
+                        help=f"dials cut on the way (a timeout, a reset) before the host counts as unreachable; "
+                             f"a refused one is not retried (default {DIAL_ATTEMPTS})")
     parser.add_argument("--verbose", action="store_true", help="show each dial and probe on stderr")
 
     # argparse exits 2 on a usage error, which here means drift: a mistyped command is an error (1).

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuhosts.ssh import Connection, Target, Unreachable, load_private_key
+from gpuhosts.provider import DIAL_ATTEMPTS_VARIABLE, UnitFailed, dial_attempts
+from gpuhosts.ssh import DIAL_ATTEMPTS, Connection, Target, Unreachable, load_private_key
 from sshhost import SshHost, free_port
 
 
@@ -129,3 +130,14 @@ def test_a_wait_through_a_reboot_dials_again_after_forgetting(sshd):
         waiting.close()
     finally:
         gate.close()
+
+
+def test_the_provider_takes_its_bound_from_its_environment(monkeypatch):
+    monkeypatch.delenv(DIAL_ATTEMPTS_VARIABLE, raising=False)
+    assert dial_attempts() == DIAL_ATTEMPTS == 10
+    monkeypatch.setenv(DIAL_ATTEMPTS_VARIABLE, "3")
+    assert dial_attempts() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(DIAL_ATTEMPTS_VARIABLE, bad)
+        with pytest.raises(UnitFailed, match=DIAL_ATTEMPTS_VARIABLE):
+            dial_attempts()

@@ -72,7 +72,8 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig, need
         desired=desired(facts),
         needs=needs,
         undoes=(f"devN entries naming the nodes gpuhosts gives removed from CT {container.vmid} "
-                f"({container.hostname}): GPUs {', '.join(gpu.address for gpu in config.container_gpus(container.vmid))}, "
+                f"({container.hostname}): GPUs "
+                f"{', '.join(gpu.address for gpu in config.container_gpus(container.vmid))}, "
                 f"{', '.join(CONTROL_NODES)}; the container loses them at its next restart"),
         restarts=container.vmid,
         restart_allowed=container.allow_restart,
