@@ -8,6 +8,7 @@ Shared by tests/lifecycle/test_drift.py and `make lifecycle`.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -63,6 +64,28 @@ def another_container_takes_a_gpu(bed) -> None:
 
 
 CONTAINER = 'pct exec 129 -- bash -c '
+SGLANG = "gpuhosts-qwen-sglang.service"
+PERSISTENCED = "gpuhosts-nvidia-persistenced.service"
+MONITOR = "gpuhosts-training-monitor.service"
+
+
+def in_container(script: str):
+    return on_host(CONTAINER + shlex.quote(script))
+
+
+def edited(unit: str, override: str, then: str = "") -> str:
+    """What `systemctl edit UNIT` does with an editor that writes `override`: override.conf in the unit's drop-in
+    directory, then a daemon-reload (systemctl(1) edit)."""
+    folder = f'"${{GPUHOSTS_HOST_ROOT:-}}/etc/systemd/system/{unit}.d"'
+    return (f"mkdir -p {folder} && printf {shlex.quote(override)} >{folder}/override.conf && systemctl daemon-reload"
+            + (f" && {then}" if then else ""))
+
+
+def masked(unit: str) -> str:
+    """`systemctl mask --now` refuses a unit whose file is in /etc/systemd/system ("File … already exists."), so the
+    file goes first, as an operator has to do."""
+    return f'rm "${{GPUHOSTS_HOST_ROOT:-}}/etc/systemd/system/{unit}" && systemctl mask --now {unit}'
+
 
 DRIFTS = [
     Drift("devN removed from CT 129", "kpro5",
@@ -96,6 +119,23 @@ DRIFTS = [
     Drift("monitor unit edited", "trainer",
           on_host('printf "Nice=5\\n" >>"$GPUHOSTS_HOST_ROOT/etc/systemd/system/gpuhosts-training-monitor.service"'),
           {"training-monitor": 'facts["file /etc/systemd/system/gpuhosts-training-monitor.service"]'}),
+    Drift("a drop-in changes ExecStart of the SGLang service", "kpro5",
+          in_container(edited(SGLANG, "[Service]\nExecStart=\nExecStart=/opt/gpuhosts/qwen-sglang/venv/bin/python "
+                                      "/usr/local/lib/gpuhosts/sglang-serve.py --model-path /srv/models/Qwen3.6-27B "
+                                      "--port 30001\n", f"systemctl restart {SGLANG}")),
+          {"ct129-service-qwen-sglang": f'facts["ExecStart of {SGLANG}"]'}),
+    Drift("a drop-in adds Environment to the SGLang service", "kpro5",
+          in_container(edited(SGLANG, "[Service]\nEnvironment=SGLANG_ENABLE_TORCH_COMPILE=1\n",
+                              f"systemctl restart {SGLANG}")),
+          {"ct129-service-qwen-sglang": f'facts["Environment of {SGLANG}"]'}),
+    Drift("the SGLang service masked", "kpro5", in_container(masked(SGLANG)),
+          {"ct129-service-qwen-sglang": f'facts["systemd {SGLANG}"]'}),
+    Drift("nvidia-persistenced given a drop-in", "kpro5",
+          on_host(edited(PERSISTENCED, "[Service]\nExecStart=\nExecStart=/usr/bin/nvidia-persistenced "
+                                       "--no-persistence-mode\n")),
+          {"nvidia-driver": f'facts["DropInPaths of {PERSISTENCED}"]'}),
+    Drift("the monitor unit masked", "trainer", on_host(masked(MONITOR)),
+          {"training-monitor": f'facts["systemd {MONITOR}"]'}),
     Drift("a running VM holds a GPU meant for the container", "kpro5", vm_takes_a_container_gpu,
           {"vfio-binding": 'facts["running VM with 0000:61:00"]',
            "ct129-gpu-devices": 'facts["other guests on 0000:61:00.0"]',
