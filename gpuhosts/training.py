@@ -357,6 +357,13 @@ def mix_warnings(dataset: DatasetSpec) -> list[str]:
     return warnings
 
 
+class SmokeSpec(_Model):
+    samples: int = Field(100, ge=1, le=100_000, description="Samples of the smoke run, drawn from the prepared mix "
+                                                            "with its seed (prepare_data.py --max-samples). "
+                                                            "Default 100.")
+    epochs: int = Field(1, ge=1, le=10, description="Epochs of the smoke run. Default 1.")
+
+
 class MonitorSpec(_Model):
     bind: str = Field("127.0.0.1", description="Address of the monitor. Default 127.0.0.1 (reach it through an SSH tunnel).")
     port: int = Field(8686, ge=1024, le=65535, description="Port of the monitor. Default 8686.")
@@ -397,6 +404,12 @@ class TrainingConfig(_Model):
     delete_checkpoints_on_destroy: bool = Field(False, description="Delete checkpoints on destroy. Default false: kept.")
     python: str = Field("3.12", pattern=r"^3\.\d{1,2}$", description="Python of the environments. Default 3.12.")
     monitor: MonitorSpec = Field(MonitorSpec(), description="The monitoring web UI.")
+    smoke: SmokeSpec | None = Field(None, description="A short training before the full one, e.g. {samples: 100, "
+                                                      "epochs: 1}: the whole path (server, check, data, trainer, "
+                                                      "checkpoint) shown working in minutes. Its checkpoints go to "
+                                                      "<checkpoints>-smoke, so the full run never resumes from "
+                                                      "them; it runs once per value. Needs dataset.mix. Default "
+                                                      "none.")
 
     @field_validator("checkpoints")
     @classmethod
@@ -443,6 +456,11 @@ class TrainerStack:
     def dataset_dir(self) -> str:
         return f"{self.storage}/data/{self.training.dataset.name}"
 
+    @property
+    def smoke_checkpoints(self) -> str | None:
+        """A directory beside the checkpoints, not in them: the full run resumes from what lies in its own."""
+        return f"{self.checkpoints}-smoke" if self.training.smoke else None
+
 
 def _training_problems(node: NodeConfig, training: TrainingConfig, secret_keys: set[str]) -> list[Problem]:
     problems: list[Problem] = []
@@ -482,6 +500,14 @@ def _training_problems(node: NodeConfig, training: TrainingConfig, secret_keys: 
         add(f"training.dataset.mix[{gated[0]}].gated", f"{training.dataset.mix[gated[0]].repo} is gated and "
             f"{NAMESPACE}:hfToken is not set; `pulumi config set --secret {NAMESPACE}:hfToken`")
     problems += mix_problems(training.dataset)
+    smoke = training.smoke
+    if smoke is not None and training.dataset.mix is None:
+        add("training.smoke", "needs training.dataset.mix: the smoke run's samples are drawn from the mix the node "
+            "prepares (prepare_data.py --max-samples); a pre-made source has no mix to draw from. Remove smoke, or "
+            "declare the data set as a mix")
+    elif smoke is not None and smoke.samples > training.dataset.samples:
+        add("training.smoke.samples", f"{smoke.samples} is more than the data set's {training.dataset.samples} "
+            "samples; a smoke run takes a few of them, e.g. 100")
     if training.server.max_model_len < training.hyper.max_seq_len:
         add("training.server.maxModelLen", f"{training.server.max_model_len} is shorter than hyper.maxSeqLen "
             f"{training.hyper.max_seq_len}; the server could not extract a whole sample")

@@ -20,6 +20,7 @@ from conftest import TRAINER_SECRETS, trainer_values
 from gpuhosts.config import ConfigError
 from gpuhosts.hostside import dataset_prepare
 from gpuhosts.hostside.dataset_prepare import CONVERTERS, render_calls, strict_template
+from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.stacks import validate_trainer_stack
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
@@ -88,6 +89,56 @@ def test_mix_config_refusals_name_the_field(edit, path, words):
     assert path in problems, problems
     for word in words:
         assert word in problems[path], problems[path]
+
+
+def _smoke(smoke, **dataset):
+    def edit(values):
+        values["training"]["smoke"] = smoke
+        values["training"]["dataset"].update(dataset)
+    return edit
+
+
+SMOKE_REFUSALS = [
+    ("a pre-made data set", _smoke({"samples": 100}, mix=None, seed=None,
+                                    source="https://datasets.example.internal/qwen36-mix-913k/",
+                                    manifestSha256="ab" * 32), "gpuhosts:training.smoke", ["dataset.mix", "Remove smoke"]),
+    ("more samples than the data set", _smoke({"samples": 100}, samples=50, mix=[{
+        "repo": "theblackcat102/evol-codealpaca-v1", "revision": "c75242318519b5470635e84064baed7c78594020",
+        "count": 50, "converter": "alpaca"}]), "gpuhosts:training.smoke.samples", ["100", "50"]),
+    ("no samples", _smoke({"samples": 0}), "gpuhosts:training.smoke.samples", []),
+    ("ten thousand epochs", _smoke({"epochs": 10000}), "gpuhosts:training.smoke.epochs", []),
+]
+
+
+@pytest.mark.parametrize("edit,path,words", [r[1:] for r in SMOKE_REFUSALS], ids=[r[0] for r in SMOKE_REFUSALS])
+def test_smoke_refusals_name_the_field(edit, path, words):
+    values = trainer_values()
+    edit(values)
+    values["training"]["dataset"] = {k: v for k, v in values["training"]["dataset"].items() if v is not None}
+    problems = _problems(values)
+    assert path in problems, problems
+    for word in words:
+        assert word in problems[path], problems[path]
+
+
+def test_a_smoke_run_is_planned_beside_the_full_one():
+    values = trainer_values()
+    values["training"]["smoke"] = {"samples": 100, "epochs": 1}
+    plan = plan_training_node(validate_trainer_stack(values, TRAINER_SECRETS))
+    smoke = plan.summary["training"]["smoke"]
+    assert smoke["data"] == "/data/data/qwen36-mix-913k/tokenized-smoke"
+    assert smoke["checkpoints"] == "/data/checkpoints/Qwen3.6-27B-DFlash-smoke"
+    assert "--epochs 1" in " ".join(smoke["argv"]) and "--save-path /data/checkpoints/Qwen3.6-27B-DFlash-smoke" in \
+        " ".join(smoke["argv"])
+    words = " ".join(w for w in plan.graph["dataset-qwen36-mix-913k"].ensure.split() if w != "\\")
+    assert "--output /data/data/qwen36-mix-913k/tokenized-smoke.part --seq-length 8192 --seed 20260601 --max-samples 100" \
+        in words
+    assert "/data/checkpoints/Qwen3.6-27B-DFlash-smoke" in plan.summary["keptOnDestroy"]
+    # The full run is as it was without smoke, and a stack without smoke renders no smoke run.
+    plain = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS))
+    assert plain.summary["training"]["args"] == plan.summary["training"]["args"]
+    (script,) = [f.content for f in plain.graph["dflash-training"].files if f.path.endswith(".sh")]
+    assert "smoke" not in script and "tokenized-smoke" not in plain.graph["dataset-qwen36-mix-913k"].ensure
 
 
 def test_a_gated_source_needs_the_token():

@@ -23,7 +23,7 @@ from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.protocol import parse_facts, parse_result
 from gpuhosts.stacks import validate_trainer_stack
 from gpuhosts.training import TrainerStack
-from trainer_node import node_values, prepare_node
+from trainer_node import StateServer, node_values, prepare_node
 
 HF_TOKEN = "hf_DatasetPrepareToken9e1f"
 KEY = "dataset-qwen36-mix-913k"
@@ -305,3 +305,43 @@ def test_a_split_the_hub_does_not_have_is_refused_naming_its_splits(node):
     done = subprocess.run(["python3", str(script), "files", "--split", "train", str(download)],
                           capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["glaive-function-calling-v2.json"]
+
+
+def test_a_smoke_run_trains_its_few_samples_first_once_into_its_own_directory(node):
+    """training.smoke: DatasetPrepare tokenizes the few samples beside the full set (prepare_data.py --max-samples),
+    and the launch script trains them first, into <checkpoints>-smoke, once per smoke value; the full run then
+    starts from the converted drafter, not from the smoke run's checkpoints."""
+    values = copy.deepcopy(node.values)
+    values["training"]["smoke"] = {"samples": 2, "epochs": 1}
+    stack = mix_stack(values, [CHAT])
+    server = StateServer(node.path("/data/hidden_states"), values["training"]["server"]["port"])
+    try:
+        node.before(stack, "dflash-training")  # DatasetPrepare among them
+        graph = node.graph(stack)
+        smoke_rows = node.path(f"{DATA}/tokenized-smoke/data-00000-of-00001.arrow").read_text().splitlines()
+        assert len(smoke_rows) == 2
+        assert "--max-samples 2" in node.log("prepare_data")[-1]
+        assert node.probe(graph[KEY]) == graph[KEY].desired
+        (content,) = [f.content for f in graph["dflash-training"].files if f.path.endswith(".sh")]
+        script = node.tree / "train.sh"
+        script.write_text(content)
+        node.path("/data/checkpoints/Qwen3.6-27B-DFlash").mkdir(parents=True)  # the unit's ensure makes it
+        runs = [subprocess.run(["bash", str(script)], capture_output=True, text=True, env=host_env(node.tree),
+                               timeout=120)]
+        # What the smoke run saved is no checkpoint of the full run's: a restart does not resume from it.
+        (node.path("/data/checkpoints/Qwen3.6-27B-DFlash-smoke/epoch_0")).mkdir()
+        (node.path("/data/checkpoints/Qwen3.6-27B-DFlash-smoke/epoch_0/config.json")).write_text("{}")
+        runs.append(subprocess.run(["bash", str(script)], capture_output=True, text=True, env=host_env(node.tree),
+                                   timeout=120))
+    finally:
+        server.close()
+    for run in runs:
+        assert run.returncode == 0, run.stdout + run.stderr
+    assert "smoke run: 2 samples, 1 epoch(s)" in runs[0].stdout and "smoke run" not in runs[1].stdout
+    launches = (node.tree / "var/log/fakehost/torchrun.log").read_text().splitlines()
+    smoke, full, again = launches[-3:]
+    assert f"--data-path {DATA}/tokenized-smoke " in smoke and "--epochs 1 " in smoke
+    assert "--save-path /data/checkpoints/Qwen3.6-27B-DFlash-smoke " in smoke
+    assert f"--data-path {DATA}/tokenized " in full and "--save-path /data/checkpoints/Qwen3.6-27B-DFlash " in full
+    assert full.endswith("--from-pretrained /data/models/z-lab/Qwen3.6-27B-DFlash.speculators") and again == full
+    assert node.path("/data/checkpoints/Qwen3.6-27B-DFlash-smoke/.gpuhosts-smoke").is_file()

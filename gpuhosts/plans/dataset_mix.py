@@ -28,6 +28,8 @@ PREPARE_SCRIPT = f"{LIB_DIR}/dataset-prepare.py"
 PREPARE_SOURCE = Path(dataset_prepare.__file__)
 # speculators' tokenizer step, in the checkout of the pinned release (v0.7.0 scripts/prepare_data.py).
 PREPARE_DATA_SCRIPT = "scripts/prepare_data.py"
+# The smoke run's samples, beside `tokenized`.
+SMOKE_DIR = "tokenized-smoke"
 
 
 def source_dir(target: str, source) -> str:
@@ -47,13 +49,15 @@ def mix_spec(seed: int, sources, target: str) -> dict:
 
 
 def prepare_data_invocation(version: str, venv: str, checkout: str, verifier_dir: str, mix_file: str, output: str,
-                            seq_length: int, seed: int) -> speculators_driver.Invocation:
+                            seq_length: int, seed: int, max_samples: int | None = None) -> speculators_driver.Invocation:
     """speculators' scripts/prepare_data.py as the pinned release's parser takes it (v0.7.0 parse_args, lines
     79-182): --model is the verifier's directory, whose tokenizer and chat template format every row (the release
     has no chat-template flag of its own: load_and_preprocess_dataset reads the model's processor); --seq-length is
-    the training's sequence, --seed the mix's."""
+    the training's sequence, --seed the mix's; --max-samples, for the smoke run's few, keeps that many of the rows
+    shuffled with the seed (src/speculators/data_generation/preprocessing.py load_and_preprocess_dataset, lines
+    884-890)."""
     argv = ("--model", verifier_dir, "--data", mix_file, "--output", output, "--seq-length", str(seq_length),
-            "--seed", str(seed))
+            "--seed", str(seed)) + (("--max-samples", str(max_samples)) if max_samples is not None else ())
     return speculators_driver.Invocation(
         "speculators-prepare-data", speculators_driver.PACKAGE, version, PREPARE_DATA_SCRIPT,
         (f"{venv}/bin/python", f"{checkout}/{PREPARE_DATA_SCRIPT}"), argv,
@@ -83,16 +87,32 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
                                          verifier_dir, f"{target}/mix/mix.jsonl", f"{tokenized}.part",
                                          training.hyper.max_seq_len, seed)
     # What the tokenized data is made of, as the plan knows it: the probe's fact and the ensure's marker.
-    prepare_key = hashlib.sha256(json.dumps(
-        {"spec": spec, "converters": [s.converter for s in sources], "script": script_digest,
-         "verifier": f"{training.verifier.repo}@{training.verifier.revision}", "argv": list(invocation.argv),
-         "speculators": speculators.requirement}, sort_keys=True).encode()).hexdigest()[:32]
+    def made_of(argv) -> str:
+        return hashlib.sha256(json.dumps(
+            {"spec": spec, "converters": [s.converter for s in sources], "script": script_digest,
+             "verifier": f"{training.verifier.repo}@{training.verifier.revision}", "argv": list(argv),
+             "speculators": speculators.requirement}, sort_keys=True).encode()).hexdigest()[:32]
+    prepare_key = made_of(invocation.argv)
+    # The smoke run's few samples, tokenized beside the full set from the same mix.
+    smoke = None
+    if training.smoke is not None:
+        smoke_invocation = prepare_data_invocation(
+            training.speculators.version, speculators.venv, speculators.checkout, verifier_dir,
+            f"{target}/mix/mix.jsonl", f"{target}/{SMOKE_DIR}.part", training.hyper.max_seq_len, seed,
+            training.smoke.samples)
+        smoke = dict(dir=f"{target}/{SMOKE_DIR}", argv=list(smoke_invocation.argv), key=made_of(smoke_invocation.argv),
+                     samples=training.smoke.samples)
     gated = any(s.gated for s in sources)
     secret = HF_TOKEN if gated else None
     facts = [*files_facts([script]),
              Fact(f"prepared {tokenized}", f'cat "$root"{shlex.quote(tokenized + "/.gpuhosts-prepare")} || echo missing',
                   prepare_key),
              Fact(f"mix of {tokenized}", f'prepared_state "$root"{shlex.quote(target)}', "tokenized from the mix")]
+    if smoke is not None:
+        facts += [Fact(f"prepared {smoke['dir']}",
+                       f'cat "$root"{shlex.quote(smoke["dir"] + "/.gpuhosts-prepare")} || echo missing', smoke["key"]),
+                  Fact(f"mix of {smoke['dir']}", f'prepared_state "$root"{shlex.quote(target)} {SMOKE_DIR}',
+                       "tokenized from the mix")]
     values = dict(unit=key, name=dataset.name, target=target, seed=seed, version=training.speculators.version,
                   python=f"{speculators.venv}/bin/python", hf=f"{speculators.venv}/bin/hf", script=PREPARE_SCRIPT,
                   script_digest=script_digest, spec=spec, prepare_key=prepare_key, files=[script], secret=secret,
@@ -100,7 +120,8 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
                   sources=[dict(name=s.name, repo=s.repo, revision=s.revision, split=s.split, subset=s.subset or "",
                                 data_files=list(s.data_files), converter=s.converter, gated=s.gated, dir=d)
                            for s, d in zip(sources, dirs)],
-                  command=list(invocation.command), argv=list(invocation.argv), environment=invocation.environment)
+                  command=list(invocation.command), argv=list(invocation.argv), environment=invocation.environment,
+                  smoke=smoke)
     unit = Unit(
         key=key, kind="DatasetPrepare",
         ensure=render("training_node/dataset-prepare.sh.j2", **values),
@@ -111,4 +132,5 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
         undoes=f"script {PREPARE_SCRIPT} removed; data set {dataset.name} prepared in {target} "
         + ("deleted (dataset.deleteOnDestroy)" if dataset.delete_on_destroy else
            "kept (dataset.deleteOnDestroy is false)"))
-    return TrainingData(unit=unit, data_path=tokenized, ready=f"{tokenized}/.gpuhosts-prepare", invocation=invocation)
+    return TrainingData(unit=unit, data_path=tokenized, ready=f"{tokenized}/.gpuhosts-prepare", invocation=invocation,
+                        smoke_path=smoke["dir"] if smoke else None)

@@ -39,6 +39,8 @@ class TrainingData:
     data_path: str
     ready: str
     invocation: Invocation | None = None
+    # The smoke run's few samples, tokenized beside the full set (training.smoke).
+    smoke_path: str | None = None
 
 
 def dataset_key(name: str) -> str:

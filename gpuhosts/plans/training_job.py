@@ -1,11 +1,14 @@
 """TrainingJob: torchrun of speculators' trainer on the training GPUs, as a systemd service whose launch script
-waits for the hidden-state server, checks its states, and resumes from the newest checkpoint (else the converted
-drafter). The trainer's command line is the speculators driver's (gpuhosts/engines/speculators.py `train`)."""
+waits for the hidden-state server, checks its states, runs the smoke run first where the stack asks for one (once
+per value), and resumes from the newest checkpoint (else the converted drafter). The trainer's command line is the
+speculators driver's (gpuhosts/engines/speculators.py `train`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuhosts.compat import model_facts
 from gpuhosts.engines import speculators as speculators_driver
@@ -31,6 +34,8 @@ class TrainingJob:
     args: tuple[str, ...]
     script: str
     log: str
+    # The smoke run's command line (training.smoke), run before the full one; None without smoke.
+    smoke: speculators_driver.Invocation | None = None
 
 
 def plan_training_job(stack: TrainerStack, ids: LayerIds, num_verifier_layers: int, speculators: EnvSpec,
@@ -52,22 +57,35 @@ def plan_training_job(stack: TrainerStack, ids: LayerIds, num_verifier_layers: i
     trainer, groups = speculators_driver.train(training.speculators.version, speculators.venv, speculators.checkout,
                                                len(training.training_gpus), args, hyper.extra_args, drafter.dir,
                                                environment)
+    # The smoke run: the same trainer on the few samples DatasetPrepare tokenized for it, from the converted drafter,
+    # into a directory of its own beside the checkpoints (the full run resumes only from what lies in its own).
+    smoke = smoke_trainer = None
+    if training.smoke is not None:
+        smoke_save = stack.smoke_checkpoints
+        smoke_trainer, smoke_groups = speculators_driver.train(
+            training.speculators.version, speculators.venv, speculators.checkout, len(training.training_gpus),
+            replace(args, data=data.smoke_path, save=smoke_save, epochs=training.smoke.epochs), hyper.extra_args,
+            drafter.dir, environment)
+        smoke = dict(save=smoke_save, samples=training.smoke.samples, epochs=training.smoke.epochs,
+                     command=smoke_trainer.command, train_args=smoke_groups, from_pretrained=smoke_trainer.argv[-2],
+                     key=hashlib.sha256(json.dumps([smoke_trainer.words, drafter.dir]).encode()).hexdigest()[:16])
     script = HostFile(script_path, render(
         "training_node/train.sh.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
         server_gpus=training.server.gpus, unit_name=TRAINING_UNIT, num_verifier_layers=num_verifier_layers,
         num_layers=hyper.num_layers, ids=ids, save=save, start_from=drafter.dir,
         command=trainer.command, train_args=groups, from_pretrained=trainer.argv[-2],
-        environment=environment, **probe.values()), "0755")
+        environment=environment, smoke=smoke, **probe.values()), "0755")
     log = f"{save}/train.log"
     job_unit = HostFile(f"/etc/systemd/system/{TRAINING_UNIT}", render(
         "training_node/training.service.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
         server_unit=SERVER_UNIT, workdir=save, script=script_path, log=log))
-    delete_dirs = [save] if training.delete_checkpoints_on_destroy else []
+    delete_dirs = [d for d in (save, smoke and smoke["save"]) if d] if training.delete_checkpoints_on_destroy else []
     unit = service_unit(
         KEY, "TrainingJob", TRAINING_UNIT, [script, job_unit],
         render("training_node/unit.sh.j2", unit=KEY, unit_name=TRAINING_UNIT,
                summary=f"torchrun on GPUs {list(training.training_gpus)}; checkpoints in {save}.",
-               files=[script, job_unit], needs=[data.ready, f"{drafter.dir}/.gpuhosts-convert"],
+               files=[script, job_unit], needs=[data.ready, f"{drafter.dir}/.gpuhosts-convert",
+                                                *([f"{data.smoke_path}/.gpuhosts-prepare"] if smoke else [])],
                secret_file=None, make_dirs=[save]),
         render("training_node/unit-teardown.sh.j2", unit=KEY, unit_name=TRAINING_UNIT,
                keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
@@ -75,4 +93,4 @@ def plan_training_job(stack: TrainerStack, ids: LayerIds, num_verifier_layers: i
                empty_dirs=[script_path.rsplit("/", 1)[0], SERVICE_ROOT]),
         needs, keeps=f"checkpoints in {save} " + ("deleted (deleteCheckpointsOnDestroy)" if delete_dirs else "kept"))
     return TrainingJob(unit=unit, invocation=trainer, args=tuple(" ".join(shlex.quote(w) for w in g) for g in groups),
-                       script=script_path, log=log)
+                       script=script_path, log=log, smoke=smoke_trainer)

@@ -135,7 +135,8 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     # tables of engine_invocations' check do not cover it.
     return TrainingPlan(graph=graph, ids=ids,
                         summary=summarize(stack, ids, num_verifier_layers, envs, data, drafter, server, job),
-                        invocations=(drafter.invocation, server.launch, server.served, job.invocation),
+                        invocations=(drafter.invocation, server.launch, server.served, job.invocation,
+                                     *((job.smoke,) if job.smoke else ())),
                         prepared=data if data.invocation is not None else None)
 
 
@@ -159,7 +160,10 @@ def summarize(stack: TrainerStack, ids: LayerIds, num_verifier_layers: int, envs
                    "environment": server.environment},
         "training": {"unit": TRAINING_UNIT, "script": job.script, "nprocPerNode": len(training.training_gpus),
                      "program": job.invocation.program, "args": list(job.args), "startFrom": drafter.dir,
-                     "checkpoints": save, "log": job.log},
+                     "checkpoints": save, "log": job.log,
+                     **({"smoke": {"samples": training.smoke.samples, "epochs": training.smoke.epochs,
+                                   "data": data.smoke_path, "checkpoints": stack.smoke_checkpoints,
+                                   "argv": list(job.smoke.words)}} if training.smoke else {})},
         "dataset": {"dir": dataset_dir, "samples": dataset.samples, "source": dataset.source,
                     **({"mix": [{"source": s.name, "count": s.count, "converter": s.converter,
                                  "files": source_files(s)} for s in dataset.mix],
@@ -176,7 +180,9 @@ def summarize(stack: TrainerStack, ids: LayerIds, num_verifier_layers: int, envs
                                               (drafter_dir, training.drafter.delete_on_destroy),
                                               (drafter.dir, training.drafter.delete_on_destroy),
                                               (dataset_dir, dataset.delete_on_destroy),
-                                              (save, training.delete_checkpoints_on_destroy)) if not delete],
+                                              (save, training.delete_checkpoints_on_destroy),
+                                              (stack.smoke_checkpoints, training.delete_checkpoints_on_destroy))
+                           if d and not delete],
     }
 
 
