@@ -116,7 +116,8 @@ class DatasetSource(_Model):
                                description="Configuration (subset) of the dataset, where it has several.")
     data_files: tuple[str, ...] = Field((), description="Files of the repository to read instead of the split's "
                                                        "(relative paths, shell patterns allowed).")
-    count: int = Field(description="Rows taken from this source (after a shuffle seeded by dataset.seed).")
+    count: int = Field(description="Distinct samples taken from this source (after a shuffle seeded by dataset.seed; "
+                                   "a row repeating a sample an earlier source or row gave is skipped).")
     converter: str = Field(description="How a row of this source becomes a conversation: "
                                        + ", ".join(CONVERTERS) + ".")
     gated: bool = Field(False, description="The dataset is gated: downloaded with gpuhosts:hfToken. Default false.")

@@ -123,7 +123,7 @@ def test_smoke_refusals_name_the_field(edit, path, words):
 
 def test_a_smoke_run_is_planned_beside_the_full_one():
     values = trainer_values()
-    values["training"]["smoke"] = {"samples": 100, "epochs": 1}
+    assert values["training"]["smoke"] == {"samples": 100, "epochs": 1}  # the seed's first training
     plan = plan_training_node(validate_trainer_stack(values, TRAINER_SECRETS))
     smoke = plan.summary["training"]["smoke"]
     assert smoke["data"] == "/data/data/qwen36-mix-913k/tokenized-smoke"
@@ -135,7 +135,8 @@ def test_a_smoke_run_is_planned_beside_the_full_one():
         in words
     assert "/data/checkpoints/Qwen3.6-27B-DFlash-smoke" in plan.summary["keptOnDestroy"]
     # The full run is as it was without smoke, and a stack without smoke renders no smoke run.
-    plain = plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS))
+    del values["training"]["smoke"]
+    plain = plan_training_node(validate_trainer_stack(values, TRAINER_SECRETS))
     assert plain.summary["training"]["args"] == plan.summary["training"]["args"]
     (script,) = [f.content for f in plain.graph["dflash-training"].files if f.path.endswith(".sh")]
     assert "smoke" not in script and "tokenized-smoke" not in plain.graph["dataset-qwen36-mix-913k"].ensure

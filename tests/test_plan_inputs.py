@@ -108,4 +108,4 @@ def test_placeholders_are_named_in_the_warnings(tmp_path):
     result = plan("trainer", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "gpuhosts:node.ssh.host 192.0.2.40 is a placeholder" in result.stderr
-    assert "training.dataset.mix[4].revision is the placeholder commit" in result.stderr
+    assert "training.dataset.mix[1] theblackcat102/evol-codealpaca-v1 and mix[2]" in result.stderr

@@ -160,6 +160,7 @@ def node_values(root: Path) -> dict:
     # tests/test_dataset_prepare_unit.py.
     for declared in ("mix", "seed"):
         training["dataset"].pop(declared, None)
+    training.pop("smoke", None)  # a smoke run draws from a mix; tests/test_dataset_prepare_unit.py runs one
     manifest = (root / "dataset" / "SHA256SUMS").read_bytes()
     training["dataset"].update(source=f"file://{root / 'dataset'}/", manifestSha256=hashlib.sha256(manifest).hexdigest(),
                                sizeGb=0.1)

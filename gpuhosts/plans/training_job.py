@@ -66,6 +66,7 @@ def plan_training_job(stack: TrainerStack, ids: LayerIds, num_verifier_layers: i
             training.speculators.version, speculators.venv, speculators.checkout, len(training.training_gpus),
             replace(args, data=data.smoke_path, save=smoke_save, epochs=training.smoke.epochs), hyper.extra_args,
             drafter.dir, environment)
+        smoke_trainer = replace(smoke_trainer, name=f"{smoke_trainer.name}-smoke")
         smoke = dict(save=smoke_save, samples=training.smoke.samples, epochs=training.smoke.epochs,
                      command=smoke_trainer.command, train_args=smoke_groups, from_pretrained=smoke_trainer.argv[-2],
                      key=hashlib.sha256(json.dumps([smoke_trainer.words, drafter.dir]).encode()).hexdigest()[:16])
