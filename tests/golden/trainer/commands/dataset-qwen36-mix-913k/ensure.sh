@@ -1,5 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dataset-qwen36-mix-913k]
-# The data set qwen36-mix-913k prepared on the node from 6 Hugging Face data set source(s): each
+# The data set qwen36-mix-913k prepared on the node from 5 Hugging Face data set source(s): each
 # downloaded and converted to ShareGPT rows, mixed with seed 20260601, tokenized by speculators 0.7.0
 # scripts/prepare_data.py with the verifier's tokenizer and chat template. Every step writes to a temporary path and
 # renames it; a marker beside each result says which inputs made it, so a run reuses what is complete and resumes
@@ -8,16 +8,16 @@ target=/data/data/qwen36-mix-913k
 python=/opt/gpuhosts/speculators/venv/bin/python
 hf=/opt/gpuhosts/speculators/venv/bin/hf
 script=/usr/local/lib/gpuhosts/dataset-prepare.py
-script_digest=6992a8d4f03a79de60985f95a7c8ae0d7b48142d617ab854fad609ba74fbb02c
-spec='{"seed":20260601,"sources":[{"converted":"sources/open-orca-openorca-train-bd216d34e6/converted.jsonl","count":564786,"name":"Open-Orca/OpenOrca@0d8a61a06664ddb11341d806e4508a2624eaddbf:train"},{"converted":"sources/theblackcat102-evol-codealpaca-v1-train-9f3e8e51f5/converted.jsonl","count":110000,"name":"theblackcat102/evol-codealpaca-v1@c75242318519b5470635e84064baed7c78594020:train"},{"converted":"sources/ise-uiuc-magicoder-evol-instruct-110k-train-fdd9dd889f/converted.jsonl","count":110000,"name":"ise-uiuc/Magicoder-Evol-Instruct-110K@b0079beaa0361d82412520b873715bee59cc7dd4:train"},{"converted":"sources/thoughtworks-agentic-coding-trajectories-train-31d3e7828b/converted.jsonl","count":15000,"name":"thoughtworks/agentic-coding-trajectories@cef72d1f4d0caabf85937adf8337a14b7522c782:train"},{"converted":"sources/glaiveai-glaive-function-calling-v2-train-f2686b7269/converted.jsonl","count":57000,"name":"glaiveai/glaive-function-calling-v2@0000000000000000000000000000000000000000:train"},{"converted":"sources/mustafaege-qwen3-5-functioncalling-v2-train-fc2c82fd97/converted.jsonl","count":57000,"name":"Mustafaege/qwen3.5-functioncalling-v2@0000000000000000000000000000000000000000:train"}]}'
-prepare_key=05be850a223428b4520beeb0b8143247
+script_digest=9a86d5b5f6a180da464d821674cbdda0ddccd3e4720e82db0b997bf3c02637fe
+spec='{"seed":20260601,"sources":[{"converted":"sources/open-orca-openorca-train-bd216d34e6/converted.jsonl","count":677786,"name":"Open-Orca/OpenOrca@0d8a61a06664ddb11341d806e4508a2624eaddbf:train"},{"converted":"sources/theblackcat102-evol-codealpaca-v1-train-9f3e8e51f5/converted.jsonl","count":110000,"name":"theblackcat102/evol-codealpaca-v1@c75242318519b5470635e84064baed7c78594020:train"},{"converted":"sources/ise-uiuc-magicoder-evol-instruct-110k-train-fdd9dd889f/converted.jsonl","count":1000,"name":"ise-uiuc/Magicoder-Evol-Instruct-110K@b0079beaa0361d82412520b873715bee59cc7dd4:train"},{"converted":"sources/thoughtworks-agentic-coding-trajectories-train-31d3e7828b/converted.jsonl","count":15000,"name":"thoughtworks/agentic-coding-trajectories@cef72d1f4d0caabf85937adf8337a14b7522c782:train"},{"converted":"sources/glaiveai-glaive-function-calling-v2-train-a4b7102572/converted.jsonl","count":110000,"name":"glaiveai/glaive-function-calling-v2@e7f4b6456019f5d8bcb991ef0dd67d8ff23221ac:train"}]}'
+prepare_key=a0a1ea8e7ac9e2f85b3fc30c611ff073
 version=0.7.0
 needs=(/data/models/Qwen/Qwen3.6-27B/.gpuhosts-download /opt/gpuhosts/speculators/src/scripts/prepare_data.py /opt/gpuhosts/speculators/venv/bin/hf)
 for path in "${needs[@]}"; do
   [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
 done
 install_file /usr/local/lib/gpuhosts/dataset-prepare.py 0755 <<'GPUHOSTS_EOF'
-# [content: usr/local/lib/gpuhosts/dataset-prepare.py.sha256 sha256:6992a8d4f03a79de]
+# [content: usr/local/lib/gpuhosts/dataset-prepare.py.sha256 sha256:9a86d5b5f6a180da]
 GPUHOSTS_EOF
 unset HF_TOKEN HF_TOKEN_PATH
 
@@ -47,29 +47,18 @@ download() {
   note_change "$name: downloaded"
 }
 
-# split_files DIR SPLIT SUBSET [PATTERN…] — the downloaded files to convert, sorted: those the PATTERNs (the source's
-# dataFiles) name, else the split's (`SPLIT.*`, `SPLIT-*`, or under a folder SPLIT/; under SUBSET/ when given).
-split_files() {
-  local dir="$1" split="$2" subset="$3" pattern
-  shift 3
-  if [ "$#" -gt 0 ]; then
-    for pattern in "$@"; do
-      compgen -G "$root$dir/$pattern" || true
-    done | LC_ALL=C sort -u
-    return 0
-  fi
-  find "$root$dir" -type f \( -name "$split.*" -o -name "$split-*" -o -path "*/$split/*" \) -not -path '*/.cache/*' \
-    -not -name '.gpuhosts-*' | { if [ -n "$subset" ]; then grep -F "/$subset/" || true; else cat; fi; } | LC_ALL=C sort
-}
-
 # convert NAME DIR SPLIT SUBSET CONVERTER [PATTERN…] — ShareGPT rows in DIR/converted.jsonl, again only when the split's files, the
 # converter or the script changed (the marker's first line is their digest, its second the output's sha256).
 convert() {
   local name="$1" dir="$2" split="$3" subset="$4" converter="$5" marker="$root$2/.gpuhosts-convert" inputs digest out
   shift 5
-  mapfile -t inputs < <(split_files "$dir/download" "$split" "$subset" "$@")
-  [ "${#inputs[@]}" -gt 0 ] || refuse "$name: the download has no file of split '$split'${subset:+ of subset $subset}\
-${1:+ matching dataFiles $*}; check the source's split, subset and dataFiles"
+  # The split's files by the Hub's own rule (or the dataFiles), chosen by the shipped script, as the plan checks them.
+  if ! out="$("$root$python" "$root$script" files --split "$split" --subset "$subset" --data-files "$@" -- \
+      "$root$dir/download" 2>&1)"; then
+    refuse "$name: ${out#dataset-prepare: }"
+  fi
+  mapfile -t inputs <<<"$out"
+  inputs=("${inputs[@]/#/$root$dir/download/}")
   digest="$converter $script_digest $(sha256sum "${inputs[@]}" | sed "s|$root$dir/download/||" | sha256sum | cut -c1-64)"
   if [ "$(head -n1 "$marker" 2>/dev/null)" = "$digest" ] && [ -f "$root$dir/converted.jsonl" ]; then
     say "$name: conversion up to date"
@@ -101,12 +90,9 @@ prepare() {
   download thoughtworks/agentic-coding-trajectories@cef72d1f4d0caabf85937adf8337a14b7522c782:train thoughtworks/agentic-coding-trajectories cef72d1f4d0caabf85937adf8337a14b7522c782 /data/data/qwen36-mix-913k/sources/thoughtworks-agentic-coding-trajectories-train-31d3e7828b/download false sessions.parquet
   convert thoughtworks/agentic-coding-trajectories@cef72d1f4d0caabf85937adf8337a14b7522c782:train /data/data/qwen36-mix-913k/sources/thoughtworks-agentic-coding-trajectories-train-31d3e7828b train '' openai-messages sessions.parquet
   converted+=("$(sed -n 2p "$root"/data/data/qwen36-mix-913k/sources/thoughtworks-agentic-coding-trajectories-train-31d3e7828b/.gpuhosts-convert)")
-  download glaiveai/glaive-function-calling-v2@0000000000000000000000000000000000000000:train glaiveai/glaive-function-calling-v2 0000000000000000000000000000000000000000 /data/data/qwen36-mix-913k/sources/glaiveai-glaive-function-calling-v2-train-f2686b7269/download false
-  convert glaiveai/glaive-function-calling-v2@0000000000000000000000000000000000000000:train /data/data/qwen36-mix-913k/sources/glaiveai-glaive-function-calling-v2-train-f2686b7269 train '' glaive-function-calling
-  converted+=("$(sed -n 2p "$root"/data/data/qwen36-mix-913k/sources/glaiveai-glaive-function-calling-v2-train-f2686b7269/.gpuhosts-convert)")
-  download Mustafaege/qwen3.5-functioncalling-v2@0000000000000000000000000000000000000000:train Mustafaege/qwen3.5-functioncalling-v2 0000000000000000000000000000000000000000 /data/data/qwen36-mix-913k/sources/mustafaege-qwen3-5-functioncalling-v2-train-fc2c82fd97/download false
-  convert Mustafaege/qwen3.5-functioncalling-v2@0000000000000000000000000000000000000000:train /data/data/qwen36-mix-913k/sources/mustafaege-qwen3-5-functioncalling-v2-train-fc2c82fd97 train '' tool-calls
-  converted+=("$(sed -n 2p "$root"/data/data/qwen36-mix-913k/sources/mustafaege-qwen3-5-functioncalling-v2-train-fc2c82fd97/.gpuhosts-convert)")
+  download glaiveai/glaive-function-calling-v2@e7f4b6456019f5d8bcb991ef0dd67d8ff23221ac:train glaiveai/glaive-function-calling-v2 e7f4b6456019f5d8bcb991ef0dd67d8ff23221ac /data/data/qwen36-mix-913k/sources/glaiveai-glaive-function-calling-v2-train-a4b7102572/download false
+  convert glaiveai/glaive-function-calling-v2@e7f4b6456019f5d8bcb991ef0dd67d8ff23221ac:train /data/data/qwen36-mix-913k/sources/glaiveai-glaive-function-calling-v2-train-a4b7102572 train '' glaive-function-calling
+  converted+=("$(sed -n 2p "$root"/data/data/qwen36-mix-913k/sources/glaiveai-glaive-function-calling-v2-train-a4b7102572/.gpuhosts-convert)")
 
   # The mix: again when the spec (seed, sources, counts) or a converted source changed.
   local mix_key
@@ -129,16 +115,7 @@ prepare() {
 
   # Tokenized by prepare_data.py into tokenized.part, renamed when complete; its marker names the plan's inputs and
   # the mix it read.
-  local manifest_sha
-  manifest_sha="$(sha256sum <"$root$target/mix/manifest.json" | cut -c1-64)"
-  if [ "$(cat "$root$target/tokenized/.gpuhosts-prepare" 2>/dev/null)" = "$prepare_key" ] \
-      && [ "$(cat "$root$target/tokenized/.gpuhosts-mix" 2>/dev/null)" = "$manifest_sha" ]; then
-    say "tokenized data in $target/tokenized is up to date"
-    return 0
-  fi
-  rm -rf "$root$target/tokenized.part"
-  say "tokenizing the mix with speculators $version prepare_data.py"
-  if ! env CUDA_VISIBLE_DEVICES= HF_HUB_OFFLINE=1 "$root"/opt/gpuhosts/speculators/venv/bin/python "$root"/opt/gpuhosts/speculators/src/scripts/prepare_data.py \
+  tokenize "the mix" "$target/tokenized" "$prepare_key" \
       --model \
       /data/models/Qwen/Qwen3.6-27B \
       --data \
@@ -148,15 +125,45 @@ prepare() {
       --seq-length \
       8192 \
       --seed \
-      20260601; then
+      20260601
+  # The smoke run's 100 samples, drawn by prepare_data.py from the same mix with the same seed.
+  tokenize "the smoke run's samples" /data/data/qwen36-mix-913k/tokenized-smoke e4ee5a159be0e7c90fe5036519461dae \
+      --model \
+      /data/models/Qwen/Qwen3.6-27B \
+      --data \
+      /data/data/qwen36-mix-913k/mix/mix.jsonl \
+      --output \
+      /data/data/qwen36-mix-913k/tokenized-smoke.part \
+      --seq-length \
+      8192 \
+      --seed \
+      20260601 \
+      --max-samples \
+      100
+}
+
+# tokenize WHAT DIR KEY ARG… — speculators' prepare_data.py with ARGs (its --output DIR.part), renamed to DIR when
+# complete; skipped when DIR's markers name KEY and the mix's manifest.
+tokenize() {
+  local what="$1" dir="$2" key="$3" manifest_sha
+  shift 3
+  manifest_sha="$(sha256sum <"$root$target/mix/manifest.json" | cut -c1-64)"
+  if [ "$(cat "$root$dir/.gpuhosts-prepare" 2>/dev/null)" = "$key" ] \
+      && [ "$(cat "$root$dir/.gpuhosts-mix" 2>/dev/null)" = "$manifest_sha" ]; then
+    say "tokenized data in $dir is up to date"
+    return 0
+  fi
+  rm -rf "$root$dir.part"
+  say "tokenizing $what with speculators $version prepare_data.py"
+  if ! env CUDA_VISIBLE_DEVICES= HF_HUB_OFFLINE=1 "$root"/opt/gpuhosts/speculators/venv/bin/python "$root"/opt/gpuhosts/speculators/src/scripts/prepare_data.py "$@"; then
     refuse "tokenizing stopped (above); run again: downloads, conversions and the mix are kept"
   fi
-  compgen -G "$root$target/tokenized.part/*.arrow" >/dev/null || refuse "prepare_data.py wrote no .arrow file"
-  printf '%s\n' "$manifest_sha" >"$root$target/tokenized.part/.gpuhosts-mix"
-  printf '%s\n' "$prepare_key" >"$root$target/tokenized.part/.gpuhosts-prepare"
-  rm -rf "$root$target/tokenized"
-  mv "$root$target/tokenized.part" "$root$target/tokenized"
-  note_change "tokenized the mix into $target/tokenized"
+  compgen -G "$root$dir.part/*.arrow" >/dev/null || refuse "prepare_data.py wrote no .arrow file"
+  printf '%s\n' "$manifest_sha" >"$root$dir.part/.gpuhosts-mix"
+  printf '%s\n' "$key" >"$root$dir.part/.gpuhosts-prepare"
+  rm -rf "$root$dir"
+  mv "$root$dir.part" "$root$dir"
+  note_change "tokenized $what into $dir"
 }
 mkdir -p "$root$target"
 with_lock dataset-qwen36-mix-913k prepare

@@ -3,7 +3,7 @@
 # torchrun on GPUs [4, 5, 6, 7]; checkpoints in /data/checkpoints/Qwen3.6-27B-DFlash.
 unit_name=gpuhosts-dflash-training.service
 restart=0
-needs=(/data/data/qwen36-mix-913k/tokenized/.gpuhosts-prepare /data/models/z-lab/Qwen3.6-27B-DFlash.speculators/.gpuhosts-convert)
+needs=(/data/data/qwen36-mix-913k/tokenized/.gpuhosts-prepare /data/models/z-lab/Qwen3.6-27B-DFlash.speculators/.gpuhosts-convert /data/data/qwen36-mix-913k/tokenized-smoke/.gpuhosts-prepare)
 for path in "${needs[@]}"; do
   [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
 done
@@ -11,7 +11,7 @@ mkdir -p "$root"/data/checkpoints/Qwen3.6-27B-DFlash
 systemd_repair "$unit_name"
 [ "$systemd_repaired" = 0 ] || restart=1
 install_file /opt/gpuhosts/training/train_dflash_qwen36.sh 0755 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:acc841ac77f7d9ad]
+# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:a7e19696ef78ce45]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-dflash-training.service 0644 <<'GPUHOSTS_EOF'

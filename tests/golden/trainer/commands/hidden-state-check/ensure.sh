@@ -1,7 +1,9 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=hidden-state-check]
-# Pre-flight after the hidden-state server (step 0caf0588fb9eb159) starts: refuse to train on all-zero states.
-# probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check the states
-# it wrote are not all zero. Shared by the pre-flight step and the launch script.
+# Pre-flight after the hidden-state server (step b301b9162582d12e) starts: refuse to train on states of which
+# a layer is all zero or not finite.
+# probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check that each layer
+# it extracts (2,17,32,47,62,64) is non-zero and finite in what it wrote. Shared by the pre-flight step and
+# the launch script.
 probe_hidden_states() {
   local server=http://127.0.0.1:8000 states_dir=/data/hidden_states timeout_s=1800 write_timeout_s=120 states deadline response
   states="$root$states_dir"
@@ -19,7 +21,7 @@ probe_hidden_states() {
   # stale locks of files already gone are swept.
   local status=0
   "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py --response "$response" --root "$root" \
-    --timeout "$write_timeout_s" --sweep "$states" || status=$?
+    --timeout "$write_timeout_s" --sweep "$states" --layers 2,17,32,47,62,64 || status=$?
   rm -f "$response"
   return "$status"
 }

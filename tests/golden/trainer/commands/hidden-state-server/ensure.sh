@@ -14,7 +14,7 @@ install_file /etc/systemd/system/gpuhosts-hidden-state-server.service 0644 <<'GP
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/check-hidden-states.py 0755 <<'GPUHOSTS_EOF'
-# [content: usr/local/lib/gpuhosts/check-hidden-states.py.sha256 sha256:52d4ddb3ed28e803]
+# [content: usr/local/lib/gpuhosts/check-hidden-states.py.sha256 sha256:48ce6c97c616cc5a]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 [ "$restart" = 0 ] || systemctl daemon-reload

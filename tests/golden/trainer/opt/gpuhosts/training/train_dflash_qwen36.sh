@@ -6,8 +6,9 @@
 set -euo pipefail
 root="${GPUHOSTS_HOST_ROOT:-}"
 save=/data/checkpoints/Qwen3.6-27B-DFlash
-# probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check the states
-# it wrote are not all zero. Shared by the pre-flight step and the launch script.
+# probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check that each layer
+# it extracts (2,17,32,47,62,64) is non-zero and finite in what it wrote. Shared by the pre-flight step and
+# the launch script.
 probe_hidden_states() {
   local server=http://127.0.0.1:8000 states_dir=/data/hidden_states timeout_s=1800 write_timeout_s=120 states deadline response
   states="$root$states_dir"
@@ -25,13 +26,42 @@ probe_hidden_states() {
   # stale locks of files already gone are swept.
   local status=0
   "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py --response "$response" --root "$root" \
-    --timeout "$write_timeout_s" --sweep "$states" || status=$?
+    --timeout "$write_timeout_s" --sweep "$states" --layers 2,17,32,47,62,64 || status=$?
   rm -f "$response"
   return "$status"
 }
 
 # The server must be up, and its hidden states non-zero, before the first step.
 probe_hidden_states
+
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CUDA_VISIBLE_DEVICES=4,5,6,7
+export HF_HUB_OFFLINE=1
+
+# The smoke run first: 100 samples for 1 epoch(s) from the converted drafter, so the
+# whole path shows working in minutes. Its checkpoints go beside the full run's, which never resumes from them; it
+# runs once per smoke value (its marker names which).
+smoke_save=/data/checkpoints/Qwen3.6-27B-DFlash-smoke
+smoke_key=c0fbde7ff16dfb26
+if [ "$(cat "$root$smoke_save/.gpuhosts-smoke" 2>/dev/null)" != "$smoke_key" ]; then
+  echo "smoke run: 100 samples, 1 epoch(s), checkpoints in $smoke_save"
+  mkdir -p "$root$smoke_save"
+  "$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py \
+  --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B \
+  --data-path /data/data/qwen36-mix-913k/tokenized-smoke \
+  --vllm-endpoint http://127.0.0.1:8000/v1 \
+  --save-path /data/checkpoints/Qwen3.6-27B-DFlash-smoke \
+  --epochs 1 \
+  --lr 0.0003 \
+  --speculator-type dflash \
+  --block-size 16 \
+  --target-layer-ids 2 17 32 47 62 \
+  --total-seq-len 8192 \
+  --from-pretrained /data/models/z-lab/Qwen3.6-27B-DFlash.speculators \
+    || { echo "the smoke run failed (above); the full run does not start" >&2; exit 1; }
+  printf '%s\n' "$smoke_key" >"$root$smoke_save/.gpuhosts-smoke"
+  echo "smoke run passed: the full run starts"
+fi
 
 # Resume from the newest checkpoint (a directory with a config.json) after a restart; else start from the drafter
 # as converted to a speculators checkpoint.
@@ -43,9 +73,6 @@ if [ -n "$newest" ]; then
   start="${newest#"$root"}"
 fi
 
-export CUDA_DEVICE_ORDER=PCI_BUS_ID
-export CUDA_VISIBLE_DEVICES=4,5,6,7
-export HF_HUB_OFFLINE=1
 exec "$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py \
   --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B \
   --data-path /data/data/qwen36-mix-913k/tokenized \
