@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -242,3 +243,45 @@ def _with_setup(prelude: str, facts) -> str:
 
 def desired(facts: list[Fact]) -> dict[str, str]:
     return {fact.name: fact.desired for fact in facts if fact.desired is not None}
+
+
+# --- files that hold a secret --------------------------------------------------------------------------------------
+# Their content may not be a fact (it would print the secret), and a digest of it alone could be brute-forced
+# without a salt, so the probe prints a digest keyed by the unit: the sha256 of "gpuhosts-file", the unit's key and
+# the content, NUL-separated (the salt derived from the unit key, as gpuhosts/provider.py `secret_digest` keys the
+# secrets of inputs), with the mode and which secret the file should hold. Only the provider knows the secret: at
+# refresh it computes the same digest of the content the ensure writes and reports the fact in its desired words
+# when they agree (`keyed_observed`), so a key rewritten by hand is drift and no value is ever printed.
+_KEYED_SETUP = r'''keyed_file_state() {
+  local target="$root$2"
+  [ -f "$target" ] || { echo missing; return 0; }
+  printf 'keyed sha256:%s mode:%s (gpuhosts:%s as %s)\n' \
+    "$({ printf 'gpuhosts-file\0%s\0' "$1"; cat "$target"; } | sha256sum | cut -c1-16)" "$(stat -c %a "$target")" "$3" "$4"
+}'''
+_KEYED = re.compile(r"^keyed sha256:([0-9a-f]{16}) mode:([0-7]+) \(gpuhosts:(\w+) as (\w+)\)$")
+
+
+def keyed_digest(unit: str, content: str) -> str:
+    return hashlib.sha256(b"gpuhosts-file\0" + unit.encode() + b"\0" + content.encode()).hexdigest()[:16]
+
+
+def secret_file_fact(unit: str, path: str, secret: str, variable: str, mode: str = "600") -> Fact:
+    """A file that holds `VARIABLE=<secret>` and nothing else (an EnvironmentFile), with `mode`."""
+    return Fact(f"key file {path}", f"keyed_file_state {shlex.quote(unit)} {shlex.quote(path)} {secret} {variable}",
+                f"holds gpuhosts:{secret} as {variable}, mode:{mode}", (_KEYED_SETUP,))
+
+
+def keyed_observed(unit: str, observed: str, secret_value) -> tuple[str, str | None]:
+    """A probed value as a refresh stores it, and a note when it cannot be compared: a keyed digest becomes the
+    desired words when the file holds exactly what the ensure writes of the configured secret
+    (`secret_value(name)`, None where the secret is not given); any other value is kept."""
+    match = _KEYED.match(observed)
+    if not match:
+        return observed, None
+    digest, mode, secret, variable = match.groups()
+    value = secret_value(secret)
+    if value is None:
+        return observed, f"not compared: gpuhosts:{secret} is not given here"
+    if digest == keyed_digest(unit, f"{variable}={value}\n"):
+        return f"holds gpuhosts:{secret} as {variable}, mode:{mode}", None
+    return f"not gpuhosts:{secret} (keyed sha256:{digest}), mode:{mode}", None

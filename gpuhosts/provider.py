@@ -33,6 +33,7 @@ from typing import Any
 from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateResult
 
 from gpuhosts import protocol
+from gpuhosts.facts import keyed_observed
 from gpuhosts.render import render
 from gpuhosts.ssh import (DIAL_ATTEMPTS, Completed, Connection, ConnectionDropped, HostKeyChanged, KeyRefused, Pool,
                           SshError, Target, Unreachable)
@@ -96,15 +97,24 @@ def probe(connection: Connection, props: dict[str, Any], failure=None) -> dict[s
         raise UnitFailed(f"{props['unit']}: probe: {error}\n{protocol.tail(completed.stdout + completed.stderr)}")
 
 
-def refreshed_facts(declared: dict[str, Any], observed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def refreshed_facts(declared: dict[str, Any], observed: dict[str, Any], unit: str = "",
+                    secret_value=lambda name: None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The observed facts as a refresh stores them, and the observations apart. Facts the plan declares are
-    compared; the rest (minors, dynamic majors) are observations only, never drift."""
+    compared; the rest (minors, dynamic majors) are observations only, never drift. A file that holds a secret
+    is compared here, with the secret `secret_value` gives (gpuhosts/facts.py `keyed_observed`); where it is not
+    given, the fact counts as declared and what the probe saw is an observation."""
     facts = {name: observed.get(name, NOT_REPORTED) for name in declared}
+    notes = {}
+    for name, value in facts.items():
+        if isinstance(value, str):
+            facts[name], note = keyed_observed(unit, value, secret_value)
+            if note:
+                facts[name], notes[name] = declared[name], f"{value} ({note})"
     facts.update({name: value for name, value in observed.items() if name not in declared and
                   not name.startswith(OBSERVATION)})
     observations = {name[len(OBSERVATION):]: value for name, value in observed.items()
                     if name.startswith(OBSERVATION)}
-    return facts, observations
+    return facts, {**observations, **notes}
 
 
 def _plain_failure(props: dict[str, Any], operation: str, completed: Completed) -> str:
@@ -137,7 +147,8 @@ class HostUnitProvider(ResourceProvider):
         self._apply(resource_id, props, "teardown")
 
     def read(self, resource_id: str, props: dict[str, Any]) -> ReadResult:
-        facts, observations = refreshed_facts(props.get("facts") or {}, self.observe(props))
+        facts, observations = refreshed_facts(props.get("facts") or {}, self.observe(props), props.get("unit", ""),
+                                              _config_value)
         inputs = {key: props.get(key) for key in INPUT_KEYS}
         inputs["facts"] = facts
         inputs.update(rebootRequired=None, report=None)

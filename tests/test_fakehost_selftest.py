@@ -433,6 +433,55 @@ def test_hf_metadata_etag_is_the_git_hash_or_the_lfs_sha256(host):
         assert (ldir / ".cache/huggingface/download" / (name + ".metadata")).read_text().splitlines()[1] == want
 
 
+def test_hf_fetches_a_file_changed_after_its_metadata_and_keeps_one_changed_in_place(host):
+    import os
+    ldir = host / "srv/models/q"
+    assert hf(host, QWEN, "--local-dir", str(ldir), "--quiet").returncode == 0
+    config, shard = ldir / "config.json", ldir / "model-00002-of-00003.safetensors"
+    original, data = config.read_bytes(), bytearray(shard.read_bytes())
+    # Edited: newer than its metadata, whose etag hf then no longer trusts; not an LFS file, so it is fetched.
+    config.write_text(config.read_text().replace("64", "65", 1))
+    # A byte changed in place with the mtime kept: the metadata still speaks for the file, which hf keeps.
+    stat = shard.stat()
+    data[len(data) // 3] ^= 1
+    shard.write_bytes(bytes(data))
+    os.utime(shard, (stat.st_atime, stat.st_mtime))
+    assert hf(host, QWEN, "--local-dir", str(ldir), "--quiet").returncode == 0
+    assert config.read_bytes() == original and shard.read_bytes() == bytes(data)
+    # Its metadata gone, an LFS file is hashed against the etag: the changed shard is fetched again.
+    (ldir / ".cache/huggingface/download/model-00002-of-00003.safetensors.metadata").unlink()
+    assert hf(host, QWEN, "--local-dir", str(ldir), "--quiet").returncode == 0
+    data[len(data) // 3] ^= 1
+    assert shard.read_bytes() == bytes(data)
+    log = (host / "var/log/fakehost/hf.log").read_text().splitlines()
+    assert [line.split(" fetched=")[1].split(" token")[0] for line in log] == ["6 reused=0", "1 reused=5", "1 reused=5"]
+
+
+def test_the_hubs_tree_lists_each_file_with_its_blob_id_and_an_lfs_files_sha256(host):
+    import hashlib
+    import urllib.request
+    from fakehost.hub import HubApi
+    api = HubApi(host)
+    try:
+        with urllib.request.urlopen(f"{api.endpoint}/api/models/{QWEN}/tree/main?recursive=true") as response:
+            entries = {e["path"]: e for e in json.load(response)}
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{api.endpoint}/api/models/nobody/nothing/tree/main")
+    finally:
+        api.close()
+    assert missing.value.code == 404 and missing.value.headers["X-Error-Code"] == "RepoNotFound"
+    assert hf(host, QWEN, "--local-dir", str(host / "srv/models/q"), "--quiet").returncode == 0
+    config = (host / "srv/models/q/config.json").read_bytes()
+    shard = (host / "srv/models/q/model-00002-of-00003.safetensors").read_bytes()
+    assert entries["config.json"] == {"type": "file", "path": "config.json", "size": len(config),
+                                      "oid": hashlib.sha1(b"blob %d\0" % len(config) + config).hexdigest()}
+    lfs = entries["model-00002-of-00003.safetensors"]["lfs"]
+    assert lfs["oid"] == hashlib.sha256(shard).hexdigest() and lfs["size"] == len(shard) > 3 * 1024 * 1024
+    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{lfs['oid']}\nsize {len(shard)}\n".encode()
+    assert lfs["pointerSize"] == len(pointer)
+    assert entries["model-00002-of-00003.safetensors"]["oid"] == hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest()
+
+
 # ---- uv pip install --require-hashes (uv 0.12.5) ---------------------------------------------------------
 
 H = " --hash=sha256:" + "ab" * 32

@@ -31,8 +31,8 @@ GOLDEN_ROOT = Path(__file__).resolve().parent / "golden"
 STACKS = {"kpro5": "kpro5", "trainer": "trainer"}  # stack: host folder
 SHARED = ("common/lib.sh.j2", "vfio_binding/pci.sh.j2", "lxc_gpu_passthrough/container.sh.j2",
           "common/systemd-show.sh.j2", "common/systemd-repair.sh.j2")
-# Every environment's probe and ensure read what its venv holds with the same functions.
-SHARED += ("container_services/distributions.sh.j2",)
+# Every environment's and every download's probe and ensure read what is there with the same functions.
+SHARED += ("container_services/distributions.sh.j2", "container_services/model-files.sh.j2")
 # Installed path (inside its container for containers/<vmid>/…) → what the file is and where it is tested.
 ELSEWHERE = {
     "opt/gpuhosts/monitor/app/gpuhosts_monitor/": "a file of gpuhosts_monitor/ under a managed-by header; "

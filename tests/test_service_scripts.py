@@ -26,7 +26,7 @@ from gpuhosts.stacks import validate_stack
 from gpuhosts.locks import lock_digest, lock_spec, lock_text
 from gpuhosts.plans.model_download import HF_REQUIREMENT, TOOLS_PYTHON
 from gpuhosts.protocol import ProtocolError, parse_facts, parse_result
-from gpuhosts.provider import OBSERVATION
+from gpuhosts.provider import refreshed_facts
 from gpuhosts.units import Unit
 from sshhost import free_port
 
@@ -130,8 +130,9 @@ class Host:
         return parse_facts(result.stdout)
 
     def probe(self, unit: Unit) -> dict:
-        """The facts the probe reports that a plan can declare; observations (minors, dynamic majors) left out."""
-        return {k: v for k, v in self.probe_output(unit).items() if not k.startswith(OBSERVATION)}
+        """The facts as a refresh stores them: observations (minors, dynamic majors) left out, a key file compared
+        with the secret the provider would have."""
+        return refreshed_facts(unit.desired, self.probe_output(unit), unit.key, SECRETS.get)[0]
 
     def ct(self, path: str) -> Path:
         return self.tree / CT / path.lstrip("/")
@@ -370,8 +371,10 @@ def probe_cases() -> list:
 
 @pytest.fixture(scope="module")
 def served(prepared, tmp_path_factory):
-    """Per variant, container 129's services converged once (the gate against an engine stand-in); read-only use."""
+    """Per variant, container 129's services converged once (the gate against an engine stand-in, which keeps
+    serving for the gate's probe); read-only use."""
     hosts: dict[str, Host] = {}
+    servers = []
 
     def get(variant: str) -> Host:
         if variant not in hosts:
@@ -380,17 +383,16 @@ def served(prepared, tmp_path_factory):
             if VARIANTS[variant] is weights_on_host:
                 host_store(tree)
             host = Host(tree, prepared.run_file, prepared.sha256, free_port(), free_port())
-            server = start_engine(Engine(kind="sglang", sglang_length=3.4, sglang_rate=0.8, key=API_KEY),
-                                  host.sglang_port)
-            try:
-                host.up(variant_values(host, variant))
-            finally:
-                server.shutdown()
-                server.server_close()
+            servers.append(start_engine(Engine(kind="sglang", sglang_length=3.4, sglang_rate=0.8, key=API_KEY),
+                                        host.sglang_port))
+            host.up(variant_values(host, variant))
             hosts[variant] = host
         return hosts[variant]
 
-    return get
+    yield get
+    for server in servers:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize("variant, key", probe_cases())

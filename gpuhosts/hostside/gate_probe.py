@@ -281,6 +281,34 @@ def read_key(env_file: str | None, variable: str) -> str | None:
     return None
 
 
+def recheck(settings: GateSettings) -> dict[str, str]:
+    """What a refresh reads again of a service whose gate passed, cheaply and without asking the model anything:
+    whether /health answers, and the model /v1/models serves."""
+    try:
+        with _request(settings, "/health", timeout=10) as response:
+            health = "answers" if response.status == 200 else f"answered {response.status}"
+    except urllib.error.HTTPError as error:
+        health = f"answered {error.code}"
+    except (urllib.error.URLError, OSError) as error:
+        return {"health": f"unreachable ({getattr(error, 'reason', error)})", "model": "no answer"}
+    try:
+        with _request(settings, "/v1/models", timeout=10) as response:
+            listed = [str(m.get("id")) for m in json.load(response).get("data", [])]
+        model = settings.model if settings.model in listed else (", ".join(listed) or "none")
+    except urllib.error.HTTPError as error:
+        model = f"/v1/models answered {error.code}"
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        model = f"/v1/models unreadable ({getattr(error, 'reason', error)})"
+    return {"health": health, "model": model}
+
+
+def main_recheck(settings_json: str, env_file: str | None, key_variable: str) -> int:
+    settings = GateSettings(**json.loads(settings_json), api_key=read_key(env_file, key_variable))
+    for name, value in recheck(settings).items():
+        print(f"{name}: {value}")
+    return 0
+
+
 def main(settings_json: str, env_file: str | None, key_variable: str) -> int:
     settings = GateSettings(**json.loads(settings_json), api_key=read_key(env_file, key_variable))
     result = run_gate(settings)

@@ -6,14 +6,16 @@ deployment below the service's `gate:` thresholds. Its measurements become the s
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shlex
 from typing import Any
 
 from gpuhosts.engines import EngineDriver, driver_for
-from gpuhosts.facts import render_probe
+from gpuhosts.facts import Fact, desired
 from gpuhosts.plans.gate_script import GATE_SCRIPT
 from gpuhosts.plans.inference_service import environment_file, secret_variable
-from gpuhosts.plans.python_env import in_container
+from gpuhosts.plans.python_env import in_container, probe_in
 from gpuhosts.render import render
 from gpuhosts.services import ServiceConfig
 from gpuhosts.units import Unit
@@ -56,19 +58,48 @@ def gate_key(service: ServiceConfig) -> str:
     return f"ct{service.container}-gate-{service.name}"
 
 
+GATES_DIR = "/var/lib/gpuhosts/gates"
+NOT_READ = "not read (the gate script did not run)"
+
+
+def gate_facts(unit: str, service: ServiceConfig, python: str, settings: str, passed: str,
+               env_file: str | None, key_variable: str) -> list[Fact]:
+    """What a refresh re-reads of a gate that passed, without measuring again: the service still answers /health,
+    still serves the model it gated, and the gate's record names the inputs it passed with. A service that stopped
+    answering, or serves another model, is drift of its gate, which `up` runs again."""
+    command = [f'"$root"{shlex.quote(python)}', f'"$root"{shlex.quote(GATE_SCRIPT)}', "--recheck",
+               shlex.quote(settings)] + ([f'"$root"{shlex.quote(env_file)}', shlex.quote(key_variable)] if env_file
+                                         else [])
+    setup = (f"gate_recheck=\"$({' '.join(command)} 2>/dev/null)\" || true",)
+    base_url = json.loads(settings)["base_url"]
+
+    def read(field: str) -> str:
+        return f'sed -n "s/^{field}: //p" <<<"$gate_recheck" | grep . || echo {shlex.quote(NOT_READ)}'
+
+    record = shlex.quote(f"{GATES_DIR}/{unit}")
+    return [Fact(f"health {base_url}", read("health"), "answers", setup),
+            Fact(f"model at {base_url}", read("model"), service.model_name, setup),
+            Fact(f"gate record {GATES_DIR}/{unit}", f'cat "$root"{record} || echo missing', passed)]
+
+
 def plan_deploy_gate(service: ServiceConfig, service_step: Unit, driver: EngineDriver | None = None) -> Unit:
     """The gate command of an enabled service. The service step's digest is part of the script, so a changed
     service re-runs the gate and an unchanged one does not."""
     driver = driver or driver_for(service.engine)
     unit = gate_key(service)
+    settings = json.dumps(gate_settings(service, driver), sort_keys=True)
+    # The inputs it passed with: the service's step (a changed service is gated again) and its own settings.
+    passed = "passed with inputs sha256:" + hashlib.sha256(f"{service_step.digest}\0{settings}".encode()).hexdigest()[:16]
     values = dict(unit=unit, vmid=service.container, service=service, service_digest=service_step.digest,
-                  python=driver.install(service).interpreter, gate_script=GATE_SCRIPT,
-                  settings=json.dumps(gate_settings(service, driver), sort_keys=True),
-                  env_file=environment_file(service), key_variable=secret_variable(service, driver))
-    # A gate measures; it has no state of its own on the host to drift.
+                  python=driver.install(service).interpreter, gate_script=GATE_SCRIPT, settings=settings,
+                  env_file=environment_file(service), key_variable=secret_variable(service, driver),
+                  record=f"{GATES_DIR}/{unit}", passed=passed)
+    facts = gate_facts(unit, service, values["python"], settings, passed, values["env_file"], values["key_variable"])
     return Unit(key=unit, kind="DeployGate",
                 ensure=in_container(unit, service.container, render("container_services/gate.sh.j2", **values)),
-                teardown=render("container_services/gate-teardown.sh.j2", unit=unit),
-                probe=render_probe(unit, []),
+                teardown=in_container(unit, service.container,
+                                      render("container_services/gate-teardown.sh.j2", **values), teardown=True),
+                probe=probe_in(unit, service.container, facts),
+                desired=desired(facts),
                 needs=(service_step.key,),
                 undoes=f"nothing: the gate of {service.name} only measures")

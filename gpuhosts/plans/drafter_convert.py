@@ -24,6 +24,21 @@ from gpuhosts.units import Unit
 
 KEY = "drafter-convert"
 DRAFTER_CHECK_SCRIPT = f"{LIB_DIR}/check-drafter-config.py"
+# The sha256 of the converted config.json as the conversion wrote it, beside it.
+CONFIG_RECORD = ".gpuhosts-convert-config"
+AS_CONVERTED = "as converted"
+
+
+def converted_config_fact(output: str) -> Fact:
+    """The converted config.json against the digest its conversion recorded: the plan cannot know the file (the
+    converter derives it from the downloaded config), so an edit by hand (sliding_window 2048 → 4096) shows as a
+    difference from the record, naming both digests."""
+    config, record = shlex.quote(f"{output}/config.json"), shlex.quote(f"{output}/{CONFIG_RECORD}")
+    probe = (f'if [ ! -f "$root"{config} ]; then echo missing; elif [ ! -f "$root"{record} ]; then echo "no record"; '
+             f'else found="$(sha256sum <"$root"{config} | cut -c1-16)"; recorded="$(cut -c1-16 "$root"{record})"; '
+             f'if [ "$found" = "$recorded" ]; then echo {shlex.quote(AS_CONVERTED)}; '
+             f'else echo "edited since the conversion (sha256 $found, converted $recorded)"; fi; fi')
+    return Fact(f"converted config {output}/config.json", probe, AS_CONVERTED)
 
 
 @dataclass(frozen=True)
@@ -54,12 +69,13 @@ def plan_drafter_convert(stack: TrainerStack, ids: LayerIds, speculators: EnvSpe
     marker = f"{training.drafter.repo}@{training.drafter.revision} {speculators.requirement}"
     facts = [*files_facts([check_script]),
              Fact(f"converted {output}", f'cat "$root"{shlex.quote(output + "/.gpuhosts-convert")} || echo missing',
-                  marker)]
+                  marker), converted_config_fact(output)]
     unit = Unit(
         key=KEY, kind="DrafterConvert",
         ensure=render("training_node/drafter-convert.sh.j2", unit=KEY, drafter_repo=training.drafter.repo,
                       drafter_dir=drafter_dir, output=output, part=part_dir, marker=marker,
                       program=convert.program, version=version, python=speculators.interpreter,
+                      config_record=CONFIG_RECORD,
                       check_script=DRAFTER_CHECK_SCRIPT, declared=declared, files=[check_script],
                       needs=[f"{drafter_dir}/.gpuhosts-download", f"{verifier_dir}/.gpuhosts-download",
                              convert.command[0]],

@@ -6,9 +6,11 @@ The training's launch script runs the same probe before torchrun starts."""
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict, dataclass
 
 from gpuhosts.envspec import EnvSpec
+from gpuhosts.facts import Fact
 from gpuhosts.plans.hidden_state_server import CHECK_SCRIPT, HiddenStateServer
 from gpuhosts.plans.node_units import check_unit
 from gpuhosts.render import render
@@ -51,4 +53,15 @@ def plan_hidden_state_check(server: HiddenStateServer, probe: StateProbe) -> Uni
     return check_unit(KEY, "HiddenStateCheck",
                       render("training_node/hidden-state-check.sh.j2", unit=KEY, server_digest=server.unit.digest,
                              **probe.values()),
-                      render("training_node/preflight-teardown.sh.j2", unit=KEY), (server.unit.key,))
+                      render("training_node/preflight-teardown.sh.j2", unit=KEY), (server.unit.key,),
+                      [health_fact(probe.server_url)])
+
+
+def health_fact(server_url: str) -> Fact:
+    """What a refresh reads again of the check: the server it checked still answers /health (the states it
+    extracts need a request, which only the check itself makes)."""
+    health = shlex.quote(f"{server_url}/health")
+    return Fact(f"health {server_url}",
+                f'code="$(curl -sS -o /dev/null -m 10 -w "%{{http_code}}" {health})"; '
+                f'if [ "$code" = 200 ]; then echo answers; elif [ "$code" = 000 ]; then echo unreachable; '
+                f'else echo "answered $code"; fi', "answers")

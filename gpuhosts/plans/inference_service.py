@@ -12,12 +12,11 @@ helpers below resolve it themselves only when called without one.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from gpuhosts.config import StackConfig
 from gpuhosts.engines import EngineDriver, driver_for, shipped_paths
-from gpuhosts.facts import Fact, desired, files_facts, systemd_unit_facts
+from gpuhosts.facts import desired, files_facts, secret_file_fact, systemd_unit_facts
 from gpuhosts.plans.gate_script import render_gate_script
 from gpuhosts.paths import SERVICE_ROOT
 from gpuhosts.plans.python_env import in_container, probe_in
@@ -116,10 +115,8 @@ def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tu
                   shared_files=shared, own_dirs=[ENV_DIR, *dict.fromkeys(path.rsplit("/", 1)[0] for path in shared)])
     facts = [*files_facts(installed), *systemd_unit_facts(files.unit, enabled=service.enabled, active=service.enabled)]
     if secret:
-        # The key file's content is a secret: only its presence and mode are facts.
-        env_file = environment_file(service)
-        facts.append(Fact(f"key file {env_file}", f'stat -c "present mode:%a" "$root"{shlex.quote(env_file)} || echo missing',
-                          "present mode:600"))
+        # The key file's content is a secret: a digest keyed by the unit is the fact, compared by the provider.
+        facts.append(secret_file_fact(unit, environment_file(service), secret, secret_variable(service, driver)))
     return Unit(
         key=unit,
         kind="InferenceService",

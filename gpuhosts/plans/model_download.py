@@ -105,6 +105,21 @@ def download_slug(download: Download) -> str:
     return f"{cleaned}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
+# What the files of a download read as when they are what it fetched (templates/container_services/model-files.sh.j2).
+SMALL_FILES_AS_FETCHED = "as the Hub's blobs"
+WEIGHTS_AS_FETCHED = "as downloaded"
+
+
+def download_files_facts(directory: str) -> list[Fact]:
+    """The downloaded files themselves: each small file against the Hub's blob id hf recorded for it, each weight
+    file's size and sampled digest against what its download recorded. A config.json edited by hand (a drafter's
+    sliding_window) or a shard cut short shows, naming the file."""
+    setup = (render("container_services/model-files.sh.j2").rstrip("\n"),)
+    quoted = shlex.quote(directory)
+    return [Fact(f"small files of {directory}", f"small_files_state {quoted}", SMALL_FILES_AS_FETCHED, setup),
+            Fact(f"weight files of {directory}", f"weights_state {quoted}", WEIGHTS_AS_FETCHED, setup)]
+
+
 def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, ...]) -> Unit:
     spec = download.spec
     unit = (f"ct{vmid}-" if vmid is not None else "") + f"model-{download_slug(download)}"
@@ -126,7 +141,7 @@ def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, 
     values.update(lock=lock, hf_marker=env_marker(tools_env, lock))
     marker = f"{download.directory}/.gpuhosts-download"
     facts = [*files_facts([lock]), Fact(f"weights {download.directory}", f'cat "$root"{shlex.quote(marker)} || echo missing',
-                  f"{spec.repo}@{spec.revision}")]
+                  f"{spec.repo}@{spec.revision}"), *download_files_facts(download.directory)]
     return Unit(
         key=unit,
         kind="ModelDownload",

@@ -3,7 +3,10 @@ installed; it only checks."""
 
 from __future__ import annotations
 
+import shlex
+
 from gpuhosts.compat import model_facts
+from gpuhosts.facts import Fact
 from gpuhosts.plans.node_units import check_unit
 from gpuhosts.render import render
 from gpuhosts.training import TrainerStack
@@ -23,6 +26,22 @@ def disk_needed_gb(stack: TrainerStack) -> int:
                + training.dataset.size_gb + training.checkpoints_reserve_gb + 0.999)
 
 
+def preflight_facts(stack: TrainerStack) -> list[Fact]:
+    """The node's GPUs and driver as nvidia-smi reports them, read again on every refresh with the rule the
+    pre-flight applies (at least the stack's count, each named for its model, one driver): a GPU gone or another
+    driver loaded since is drift of the pre-flight."""
+    gpus = stack.node.gpus
+    setup = ("preflight_gpus=\"$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)\" || true",)
+    model, count = shlex.quote(gpus.model), int(gpus.count)
+    counted = ('awk -F", *" -v model=' + model + ' -v want=' + str(count) + ' \'NF { n++; if (index($1, model)) m++; '
+               'else other = other ", " $1 } END { if (!n) print "no GPU"; else if (m >= want && !other) '
+               'print "at least " want " × " model; else print m + 0 " × " model other " (the stack needs " want ")" }\' '
+               '<<<"$preflight_gpus"')
+    drivers = 'awk -F", *" \'NF { print $2 }\' <<<"$preflight_gpus" | sort -u | paste -sd " " - | grep . || echo none'
+    return [Fact("GPUs", counted, f"at least {count} × {gpus.model}", setup),
+            Fact("driver", drivers, stack.node.driver_version, setup)]
+
+
 def plan_preflight(stack: TrainerStack) -> Unit:
     training = stack.training
     present = [stack.model_dir(training.verifier), stack.model_dir(training.drafter), stack.dataset_dir,
@@ -30,4 +49,5 @@ def plan_preflight(stack: TrainerStack) -> Unit:
     return check_unit(PREFLIGHT, "Preflight",
                       render("training_node/preflight.sh.j2", unit=PREFLIGHT, node=stack.node,
                              need_gb=disk_needed_gb(stack), present_dirs=present),
-                      render("training_node/preflight-teardown.sh.j2", unit=PREFLIGHT), ())
+                      render("training_node/preflight-teardown.sh.j2", unit=PREFLIGHT), (),
+                      preflight_facts(stack))

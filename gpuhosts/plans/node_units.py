@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuhosts.engines.speculators import Invocation
-from gpuhosts.facts import desired, files_facts, render_probe, systemd_unit_facts
+from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_unit_facts
 from gpuhosts.render import HostFile
 from gpuhosts.units import Unit
 
@@ -24,10 +24,12 @@ def service_unit(key: str, kind: str, unit_name: str, files: list[HostFile], ens
                 undoes=f"{unit_name} stopped and removed with its {len(files)} file(s); {keeps}")
 
 
-def check_unit(key: str, kind: str, ensure: str, teardown: str, needs: tuple[str, ...]) -> Unit:
-    # A check only measures: nothing of its own on the node can drift.
-    return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, []), needs=needs,
-                undoes="nothing: it only checks")
+def check_unit(key: str, kind: str, ensure: str, teardown: str, needs: tuple[str, ...],
+               facts: list[Fact] = ()) -> Unit:
+    """A check only measures; its facts are what a refresh can read again cheaply of what it checked."""
+    facts = list(facts)
+    return Unit(key=key, kind=kind, ensure=ensure, teardown=teardown, probe=render_probe(key, facts),
+                desired=desired(facts), needs=needs, undoes="nothing: it only checks")
 
 
 @dataclass(frozen=True)

@@ -12,20 +12,29 @@ a line to the host's ``var/log/fakehost/hf.log``, with whether a token was sent 
 
 The local dir's bookkeeping follows huggingface_hub v0.36.0 ``_local_folder.py``: ``<file>.metadata`` (commit, etag,
 time) and the ``<file>.lock`` that guarded it, for every file checked: filelock's Unix lock is never unlinked
-(filelock 4.3.1 _native/_unix.py UnixFileLock._release unlocks and closes only).
+(filelock 4.3.1 _native/_unix.py UnixFileLock._release unlocks and closes only). Whether a file already there is
+fetched again is hf's rule (``reused``); the stand-in dates what it writes, files and metadata, ``FETCHED_AT``.
+
+``tree_entries`` is the Hub's file listing, ``GET /api/models/{repo}/tree/{revision}?recursive=true``, as
+``HubApi`` serves it over HTTP to ``gpuhosts check --deep``.
 """
 import hashlib
 import json
 import os
+import re
 import struct
 import sys
+import threading
 from fnmatch import fnmatch
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from .pytools import host_path, put
 from .util import stand_in_duration, Fail, root, settings, tree, unprefix, write
 
-# what the metadata files say about when a file came: a constant, so two downloads give identical trees
+# what the metadata files say about when a file came, and the mtime given to the file itself: a constant, so two
+# downloads give identical trees, and a file is never newer than its metadata until someone changes it
 FETCHED_AT = "1767225600.0"
 REQUEST_ID = "(Request ID: Root=1-6a0c0000-fakehost)"
 
@@ -61,7 +70,10 @@ def _qwen() -> dict:
     weight_map, total = {}, 0
     for shard in range(1, 4):
         name = f"model-{shard:05d}-of-00003.safetensors"
-        tensors = {f"model.language_model.layers.{i}.mlp.down_proj.weight": 1024 for i in range(shard * 3 - 3, shard * 3)}
+        # The middle shard is larger than the three MiB a refresh samples of a weight file, so that a byte can lie
+        # where only a full digest reads it.
+        size = 1536 * 1024 if shard == 2 else 1024
+        tensors = {f"model.language_model.layers.{i}.mlp.down_proj.weight": size for i in range(shard * 3 - 3, shard * 3)}
         files[name] = safetensors(f"Qwen/Qwen3.6-27B/{name}", tensors)
         weight_map.update(dict.fromkeys(tensors, name))
         total += sum(tensors.values())
@@ -132,18 +144,83 @@ def dataset_fixtures() -> dict:
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf")
 
 
+def git_blob(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def etag(name: str, data: bytes) -> str:
     """What the Hub answers as a file's ETag, and the local dir's metadata records: the sha256 of an LFS file, the
     git blob hash of any other (huggingface_hub v0.36.0 _local_folder.py LocalDownloadFileMetadata.etag)."""
     if name.endswith(LFS_SUFFIXES):
         return hashlib.sha256(data).hexdigest()
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return git_blob(data)
+
+
+def lfs_pointer(data: bytes) -> bytes:
+    """The pointer git keeps for an LFS file (git-lfs docs/spec.md: version, oid, size, each a line)."""
+    return (f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\n"
+            f"size {len(data)}\n").encode()
+
+
+def tree_entries(entry: dict) -> list:
+    """What the Hub lists of a repo at a revision (GET /api/models/{repo}/tree/{revision}?recursive=true, read by
+    huggingface_hub v0.36.0 hf_api.py `list_repo_tree` into `RepoFile`: `path`, `size`, `oid` the git blob id,
+    and for an LFS file `lfs` with `oid` its sha256, `size` and `pointerSize`; folders as type "directory")."""
+    out, folders = [], set()
+    for name in sorted(entry["files"]):
+        data = entry["files"][name]
+        parts = name.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folder = "/".join(parts[:depth])
+            if folder not in folders:
+                folders.add(folder)
+                out.append({"type": "directory", "oid": git_blob(folder.encode()), "size": 0, "path": folder})
+        if name.endswith(LFS_SUFFIXES):
+            pointer = lfs_pointer(data)
+            out.append({"type": "file", "oid": git_blob(pointer), "size": len(data), "path": name,
+                        "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
+                                "pointerSize": len(pointer)}})
+        else:
+            out.append({"type": "file", "oid": git_blob(data), "size": len(data), "path": name})
+    return out
+
+
+def commit_of(repo: str, rev: str) -> str:
+    return rev if re.fullmatch(r"[0-9a-f]{40}", rev) else hashlib.sha1(f"{repo}@{rev}".encode()).hexdigest()
+
+
+def local_metadata(cache: Path, name: str, dst: Path):
+    """(commit, etag) of a file's metadata while it still speaks for the file, else None: gone, unreadable, or
+    older than the file by more than a second, i.e. the file changed after hf wrote it (huggingface_hub v0.36.0
+    _local_folder.py `read_download_metadata`)."""
+    meta = cache / "download" / (name + ".metadata")
+    try:
+        commit, tag, stamp = meta.read_text().splitlines()[:3]
+        return (commit, tag) if dst.stat().st_mtime - 1 <= float(stamp) else None
+    except (OSError, ValueError):
+        return None
+
+
+def reused(cache: Path, name: str, dst: Path, rev: str, tag: str) -> bool:
+    """Whether `hf download` keeps the file already in the local dir (huggingface_hub v0.36.0 file_download.py
+    `_hf_hub_download_to_local_dir`): its metadata names the commit asked for; or its metadata's etag is the
+    Hub's; or, the metadata gone or outdated, the etag is a sha256 and the file hashes to it. Its content is
+    otherwise never compared: a byte changed in place without a newer mtime is kept."""
+    if not dst.is_file() or dst.is_symlink():
+        return False
+    meta = local_metadata(cache, name, dst)
+    if meta is not None:
+        return (re.fullmatch(r"[0-9a-f]{40}", rev) is not None and meta[0] == rev) or meta[1] == tag
+    return len(tag) == 64 and hashlib.sha256(dst.read_bytes()).hexdigest() == tag
 
 
 def registry(repo_type: str = "model") -> dict:
-    dataset = repo_type == "dataset"
-    repos = dataset_fixtures() if dataset else {name: make() for name, make in REPOS.items()}
-    for name, entry in settings().get("hf_datasets" if dataset else "hf_repos", {}).items():
+    return merged(dataset_fixtures() if repo_type == "dataset" else {name: make() for name, make in REPOS.items()},
+                  settings().get("hf_datasets" if repo_type == "dataset" else "hf_repos", {}))
+
+
+def merged(repos: dict, overrides: dict) -> dict:
+    for name, entry in overrides.items():
         if entry is None:
             repos.pop(name, None)
             continue
@@ -200,7 +277,7 @@ def cmd_hf(argv):
     # The Hub's API and file URLs of a data set carry its type (huggingface_hub constants REPO_TYPES_URL_PREFIXES).
     api = f"https://huggingface.co/api/{kind}s/{repo}/revision/{rev}"
     prefix = "datasets/" if kind == "dataset" else ""
-    fetched = reused = 0
+    fetched = kept = 0
     rc = 1
     try:
         if tok and not tok.startswith("hf_"):
@@ -227,8 +304,7 @@ def cmd_hf(argv):
                        f"repo for url https://huggingface.co/{prefix}{repo}/resolve/{rev}/{(names or ['config.json'])[0]}.\n"
                        f"Access to {kind} {repo} is restricted. You must have access to it and be authenticated to "
                        f"access it. Please log in.", 1)
-        commit = rev if len(rev) == 40 and all(c in "0123456789abcdef" for c in rev) else \
-            hashlib.sha1(f"{repo}@{rev}".encode()).hexdigest()
+        commit = commit_of(repo, rev)
         cache = ldir / ".cache/huggingface"
         put(cache / ".gitignore", "*")
         fail_after = settings().get("hf_fail_after_files")
@@ -241,8 +317,8 @@ def cmd_hf(argv):
             # to read the metadata before anything is fetched, so a reused or a cut-off file has one too.
             put(cache / "download" / (name + ".lock"), b"")
             partial = cache / "download" / (name + ".incomplete")
-            if dst.is_file() and not dst.is_symlink() and dst.read_bytes() == data:
-                reused += 1
+            if reused(cache, name, dst, rev, etag(name, data)):
+                kept += 1
             else:
                 if fail_after and fetched + 1 >= fail_after:
                     write(partial, data[:len(data) // 2])
@@ -253,6 +329,7 @@ def cmd_hf(argv):
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(partial, dst)
                 fetched += 1
+            os.utime(dst, (float(FETCHED_AT), float(FETCHED_AT)))
             put(cache / "download" / (name + ".metadata"), f"{commit}\n{etag(name, data)}\n{FETCHED_AT}\n")
         # one named file goes through hf_hub_download, which answers the file's path; anything else through
         # snapshot_download, which answers the folder (cli/download.py DownloadCommand._download)
@@ -265,5 +342,59 @@ def cmd_hf(argv):
         log = tree() / "var/log/fakehost/hf.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as f:
-            f.write(f"download {repo}@{rev} -> {unprefix(str(ldir), root())} fetched={fetched} reused={reused} "
+            f.write(f"download {repo}@{rev} -> {unprefix(str(ldir), root())} fetched={fetched} reused={kept} "
                     f"token={'yes' if tok else 'no'} rc={rc}" + (f" type={kind}" if kind != "model" else "") + "\n")
+
+
+class HubApi:
+    """The Hub's file listing over HTTP for one simulated host's registry (its ``hf_repos`` included), as
+    `gpuhosts check --deep` reads it from ``HF_ENDPOINT``: ``GET /api/models/{repo}/tree/{revision}`` answers the
+    JSON list ``tree_entries`` gives, in one page (no ``Link`` header); an unknown repo or revision answers 404 with
+    the ``X-Error-Code`` the Hub sends (RepoNotFound, RevisionNotFound: huggingface_hub v0.36.0 utils/_http.py
+    `hf_raise_for_status`). Every request is kept in ``requests``, with whether it carried a token."""
+
+    def __init__(self, host_tree: Path):
+        self.tree, self.requests = Path(host_tree), []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                url = urlsplit(self.path)
+                api.requests.append((url.path, parse_qs(url.query), bool(self.headers.get("Authorization"))))
+                match = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)", url.path)
+                if not match:
+                    return self.answer(404, {"error": "Not Found"}, "EntryNotFound")
+                repo, rev = unquote(match[1]), unquote(match[2])
+                entry = registry_of(api.tree).get(repo)
+                if entry is None:
+                    return self.answer(404, {"error": "Repository not found"}, "RepoNotFound")
+                known = entry.get("revisions")
+                if known and rev not in known and rev not in {commit_of(repo, r) for r in known}:
+                    return self.answer(404, {"error": f"Invalid rev id: {rev}"}, "RevisionNotFound")
+                self.answer(200, tree_entries(entry))
+
+            def answer(self, status, body, code=None):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                if code:
+                    self.send_header("X-Error-Code", code)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def registry_of(host_tree: Path) -> dict:
+    """The model registry a simulated host's `hf` downloads from, read from outside it (its settings file)."""
+    return merged({name: make() for name, make in REPOS.items()}, settings(host_tree).get("hf_repos", {}))

@@ -10,11 +10,13 @@ if [ "$status" != running ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step 0921ccfa23aacaf3); fails the deploy below
+# Inside container 129: the deploy gate of qwen-sglang (service step 2249ed519fb329b0); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
 service=qwen-sglang
 python=/opt/gpuhosts/qwen-sglang/venv/bin/python
 unit_name=gpuhosts-qwen-sglang.service
+# What a refresh compares: the inputs of the last gate that passed (its service's step and its settings).
+record="$root"/var/lib/gpuhosts/gates/ct129-gate-qwen-sglang
 set +e
 output="$("$root$python" "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "min_acceptance_length": 2.0, "min_acceptance_rate": null, "min_decode_tokens_per_s": 20.0, "model": "qwen3.6-27b", "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY)"
 status=$?
@@ -22,10 +24,13 @@ set -e
 grep -v '^GPUHOSTS_GATE ' <<<"$output" || true
 result_report="$(sed -n 's/^GPUHOSTS_GATE //p' <<<"$output" | tail -n1)"
 if [ "$status" != 0 ]; then
+  rm -f "$record"
   say "the last lines of $unit_name's journal:"
   journalctl -u "$unit_name" -n 40 --no-pager 2>/dev/null || true
   refuse "deploy gate of $service failed (see above); the service keeps running for inspection"
 fi
+mkdir -p "$(dirname "$record")"
+printf '%s\n' 'passed with inputs sha256:488d8098fbda9b3f' >"$record"
 say "deploy gate of $service passed"
 finish
 GPUHOSTS_INNER

@@ -6,8 +6,11 @@ probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-model-qwen3-6-27b]
 # The probe of ct129-model-qwen3-6-27b: reads the host and changes nothing; prints one facts line.
+# [templates/container_services/model-files.sh.j2 sha256:3a86028068460447]
 fact 'file /opt/gpuhosts/downloads/requirements.lock' "$( { file_state /opt/gpuhosts/downloads/requirements.lock; } 2>/dev/null || true)"
 fact 'weights /srv/models/Qwen3.6-27B' "$( { cat "$root"/srv/models/Qwen3.6-27B/.gpuhosts-download || echo missing; } 2>/dev/null || true)"
+fact 'small files of /srv/models/Qwen3.6-27B' "$( { small_files_state /srv/models/Qwen3.6-27B; } 2>/dev/null || true)"
+fact 'weight files of /srv/models/Qwen3.6-27B' "$( { weights_state /srv/models/Qwen3.6-27B; } 2>/dev/null || true)"
 emit_facts
 GPUHOSTS_INNER
 )" gpuhosts </dev/null 2>/dev/null | sed -n "s/^GPUHOSTS_FACTS {\(.*\)}\$/\1/p" | tail -n1)" || true
@@ -17,5 +20,7 @@ else
   container_state="$(pct status "$probed_vmid" 2>/dev/null | awk '{print $2}')" || true
   fact 'file /opt/gpuhosts/downloads/requirements.lock' "container $probed_vmid ${container_state:-missing}"
   fact 'weights /srv/models/Qwen3.6-27B' "container $probed_vmid ${container_state:-missing}"
+  fact 'small files of /srv/models/Qwen3.6-27B' "container $probed_vmid ${container_state:-missing}"
+  fact 'weight files of /srv/models/Qwen3.6-27B' "container $probed_vmid ${container_state:-missing}"
 fi
 emit_facts

@@ -8,6 +8,12 @@ inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
 # The probe of ct129-service-qwen-sglang: reads the host and changes nothing; prints one facts line.
 # [templates/common/systemd-show.sh.j2 sha256:0995c6255c65608e properties=ExecStart,Environment,User,UnitFileState,ActiveState,DropInPaths]
 systemd_shown[gpuhosts-qwen-sglang.service]="$(systemd_show gpuhosts-qwen-sglang.service)"
+keyed_file_state() {
+  local target="$root$2"
+  [ -f "$target" ] || { echo missing; return 0; }
+  printf 'keyed sha256:%s mode:%s (gpuhosts:%s as %s)\n' \
+    "$({ printf 'gpuhosts-file\0%s\0' "$1"; cat "$target"; } | sha256sum | cut -c1-16)" "$(stat -c %a "$target")" "$3" "$4"
+}
 fact 'file /etc/systemd/system/gpuhosts-qwen-sglang.service' "$( { file_state /etc/systemd/system/gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
 fact 'file /usr/local/lib/gpuhosts/sglang-serve.py' "$( { file_state /usr/local/lib/gpuhosts/sglang-serve.py; } 2>/dev/null || true)"
 fact 'file /usr/local/lib/gpuhosts/deploy-gate.py' "$( { file_state /usr/local/lib/gpuhosts/deploy-gate.py; } 2>/dev/null || true)"
@@ -16,7 +22,7 @@ fact 'ExecStart of gpuhosts-qwen-sglang.service' "$( { systemd_exec gpuhosts-qwe
 fact 'Environment of gpuhosts-qwen-sglang.service' "$( { systemd_property_of Environment gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
 fact 'User of gpuhosts-qwen-sglang.service' "$( { systemd_property_of User gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
 fact 'DropInPaths of gpuhosts-qwen-sglang.service' "$( { systemd_dropins gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
-fact 'key file /etc/gpuhosts/qwen-sglang.env' "$( { stat -c "present mode:%a" "$root"/etc/gpuhosts/qwen-sglang.env || echo missing; } 2>/dev/null || true)"
+fact 'key file /etc/gpuhosts/qwen-sglang.env' "$( { keyed_file_state ct129-service-qwen-sglang /etc/gpuhosts/qwen-sglang.env llmApiKey GPUHOSTS_API_KEY; } 2>/dev/null || true)"
 emit_facts
 GPUHOSTS_INNER
 )" gpuhosts </dev/null 2>/dev/null | sed -n "s/^GPUHOSTS_FACTS {\(.*\)}\$/\1/p" | tail -n1)" || true

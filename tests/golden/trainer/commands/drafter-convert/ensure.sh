@@ -6,6 +6,8 @@ drafter_dir=/data/models/z-lab/Qwen3.6-27B-DFlash
 output=/data/models/z-lab/Qwen3.6-27B-DFlash.speculators
 part=/data/models/z-lab/Qwen3.6-27B-DFlash.speculators.part
 marker="$root$output/.gpuhosts-convert"
+# The converted config.json's sha256 when the conversion wrote it: the probe compares the file with it.
+config_record="$root$output/".gpuhosts-convert-config
 want='z-lab/Qwen3.6-27B-DFlash@main speculators==0.7.0'
 python=/opt/gpuhosts/speculators/venv/bin/python
 check_script=/usr/local/lib/gpuhosts/check-drafter-config.py
@@ -28,7 +30,21 @@ check_config() {
 }
 check_config "$drafter_dir/config.json" "$drafter_dir/config.json"
 
+converted=0
 if [ "$(cat "$marker" 2>/dev/null)" = "$want" ] && [ -f "$root$output/config.json" ]; then
+  found="$(sha256sum <"$root$output/config.json" | cut -d' ' -f1)"
+  if [ ! -f "$config_record" ]; then
+    # Converted before the record was kept: the marker vouched for the conversion as it is.
+    printf '%s\n' "$found" >"$config_record"
+    note_change "recorded the sha256 of $output/config.json"
+    converted=1
+  elif [ "$found" = "$(cat "$config_record")" ]; then
+    converted=1
+  else
+    say "$output/config.json was edited since the conversion; converting again"
+  fi
+fi
+if [ "$converted" = 1 ]; then
   say "$output is converted from $want"
 else
   rm -rf "$root$part"
@@ -47,6 +63,7 @@ else
   check_config "$part/config.json" "the converted $output/config.json"
   rm -rf "$root$output"
   mv "$root$part" "$root$output"
+  sha256sum <"$root$output/config.json" | cut -d' ' -f1 >"$config_record"
   printf '%s\n' "$want" >"$marker"
   note_change "converted $drafter_dir into $output"
 fi

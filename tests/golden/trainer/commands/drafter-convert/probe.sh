@@ -2,4 +2,5 @@
 # The probe of drafter-convert: reads the host and changes nothing; prints one facts line.
 fact 'file /usr/local/lib/gpuhosts/check-drafter-config.py' "$( { file_state /usr/local/lib/gpuhosts/check-drafter-config.py; } 2>/dev/null || true)"
 fact 'converted /data/models/z-lab/Qwen3.6-27B-DFlash.speculators' "$( { cat "$root"/data/models/z-lab/Qwen3.6-27B-DFlash.speculators/.gpuhosts-convert || echo missing; } 2>/dev/null || true)"
+fact 'converted config /data/models/z-lab/Qwen3.6-27B-DFlash.speculators/config.json' "$( { if [ ! -f "$root"/data/models/z-lab/Qwen3.6-27B-DFlash.speculators/config.json ]; then echo missing; elif [ ! -f "$root"/data/models/z-lab/Qwen3.6-27B-DFlash.speculators/.gpuhosts-convert-config ]; then echo "no record"; else found="$(sha256sum <"$root"/data/models/z-lab/Qwen3.6-27B-DFlash.speculators/config.json | cut -c1-16)"; recorded="$(cut -c1-16 "$root"/data/models/z-lab/Qwen3.6-27B-DFlash.speculators/.gpuhosts-convert-config)"; if [ "$found" = "$recorded" ]; then echo 'as converted'; else echo "edited since the conversion (sha256 $found, converted $recorded)"; fi; fi; } 2>/dev/null || true)"
 emit_facts

@@ -11,6 +11,44 @@ uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
 tools=/opt/gpuhosts/downloads
 hf_requirement=huggingface_hub==0.36.0
+# [templates/container_services/model-files.sh.j2 sha256:3a86028068460447]
+record="$root$local_dir/.gpuhosts-weights"
+
+# drop_differing — each file a refresh would find changed (a small file not the Hub's blob, a weight file whose
+# size or samples are not the record's) goes, with hf's metadata of it: hf keeps a file whose metadata still
+# stands, whatever its content (a byte changed in place), and fetches one that is gone.
+drop_differing() {
+  local etag path digest size
+  while IFS=$'\t' read -r etag path; do
+    [[ $etag =~ ^[0-9a-f]{40}$ ]] || continue
+    if [ -f "$root$local_dir/$path" ] && [ "$(git_blob "$root$local_dir/$path")" != "$etag" ]; then
+      rm -f "$root$local_dir/$path" "$root$local_dir/.cache/huggingface/download/$path.metadata"
+      say "removed $path: it is not the Hub's blob any more; the download fetches it again"
+    fi
+  done < <(download_entries "$local_dir")
+  [ -f "$record" ] || return 0
+  while IFS=' ' read -r digest size path; do
+    if [ -z "$path" ] || [ ! -f "$root$local_dir/$path" ]; then
+      continue
+    fi
+    if [ "$(stat -c %s "$root$local_dir/$path")" != "$size" ] || [ "$(sampled_digest "$root$local_dir/$path")" != "$digest" ]; then
+      rm -f "$root$local_dir/$path" "$root$local_dir/.cache/huggingface/download/$path.metadata"
+      say "removed $path: its size or samples are not what its download recorded; the download fetches it again"
+    fi
+  done <"$record"
+}
+
+# record_weights — the size and sampled digest of every weight file (an LFS file: its etag is a sha256), as the
+# download leaves them.
+record_weights() {
+  local etag path
+  while IFS=$'\t' read -r etag path; do
+    [[ $etag =~ ^[0-9a-f]{64}$ ]] || continue
+    [ -f "$root$local_dir/$path" ] || refuse "$path is missing after the download of $repo@$revision"
+    printf '%s %s %s\n' "$(sampled_digest "$root$local_dir/$path")" "$(stat -c %s "$root$local_dir/$path")" "$path"
+  done < <(download_entries "$local_dir") >"$record.part"
+  mv -f "$record.part" "$record"
+}
 # The token arrives on stdin and lives in a 0600 file only while hf runs (HF_TOKEN_PATH), never in argv or env.
 token_file=""
 forget_token() { [ -z "$token_file" ] || rm -f "$token_file"; }
@@ -52,7 +90,21 @@ GPUHOSTS_EOF
 }
 with_lock hf ensure_hf
 
-if [ "$(cat "$marker" 2>/dev/null)" = "$repo@$revision" ]; then
+complete=0
+if [ "$(cat "$marker" 2>/dev/null)" = "$repo@$revision" ] && [ "$(small_files_state "$local_dir")" = "as the Hub's blobs" ]; then
+  weights="$(weights_state "$local_dir")"
+  if [ "$weights" = "as downloaded" ]; then
+    complete=1
+  elif [ "$weights" = "no record" ]; then
+    # Downloaded before the record was kept: what is there is what the marker vouched for.
+    record_weights
+    note_change "recorded the size and samples of each weight file in $local_dir"
+    complete=1
+  else
+    say "$local_dir: $weights"
+  fi
+fi
+if [ "$complete" = 1 ]; then
   say "$repo@$revision is complete in $local_dir"
 else
   [ -x "$root$hf" ] || refuse "$hf is missing after installing $hf_requirement"
@@ -66,10 +118,13 @@ else
   unset HF_TOKEN
   mkdir -p "$root$local_dir"
   rm -f "$marker"
+  drop_differing
+  rm -f "$record"
   say "downloading $repo@$revision into $local_dir (finished files are kept; a new run resumes)"
   if ! HF_HUB_DISABLE_PROGRESS_BARS=1 "$root$hf" download "$repo" --revision "$revision" --local-dir "$root$local_dir"; then
     refuse "the download of $repo@$revision stopped; run again to resume it (files already fetched are kept)"
   fi
+  record_weights
   printf '%s\n' "$repo@$revision" >"$marker"
   note_change "downloaded $repo@$revision into $local_dir"
 fi
