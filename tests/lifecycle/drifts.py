@@ -145,6 +145,6 @@ DRIFTS = [
           names={"vfio-binding": "VM 105", "ct129-gpu-devices": "VM 105 (running with 0000:61:00 in hostpci)"}),
     Drift("another running container holds a GPU of CT 129", "kpro5", another_container_takes_a_gpu,
           {"ct129-gpu-devices": 'facts["other guests on 0000:41:00.0"]'},
-          refuse="GPU 0000:41:00.0 is held by CT 130 (running with dev0: /dev/nvidia",
+          refuse="Let the other guest go (pct stop 130 && pct set 130 --delete dev0)",
           names={"ct129-gpu-devices": "CT 130 (running with dev0: /dev/nvidia"}),
 ]
