@@ -43,21 +43,13 @@ export HF_HUB_OFFLINE=1
 # runs once per smoke value (its marker names which).
 smoke_save=/data/checkpoints/Qwen3.6-27B-DFlash-smoke
 smoke_key=c0fbde7ff16dfb26
+smoke_samples=100
+smoke_epochs=1
+smoke_argv=("$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py  --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B   --data-path /data/data/qwen36-mix-913k/tokenized-smoke   --vllm-endpoint http://127.0.0.1:8000/v1   --save-path /data/checkpoints/Qwen3.6-27B-DFlash-smoke   --epochs 1   --lr 0.0003   --speculator-type dflash   --block-size 16   --target-layer-ids 2 17 32 47 62   --total-seq-len 8192   --from-pretrained)
 if [ "$(cat "$root$smoke_save/.gpuhosts-smoke" 2>/dev/null)" != "$smoke_key" ]; then
-  echo "smoke run: 100 samples, 1 epoch(s), checkpoints in $smoke_save"
+  echo "smoke run: $smoke_samples samples, $smoke_epochs epoch(s), checkpoints in $smoke_save"
   mkdir -p "$root$smoke_save"
-  "$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py \
-  --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B \
-  --data-path /data/data/qwen36-mix-913k/tokenized-smoke \
-  --vllm-endpoint http://127.0.0.1:8000/v1 \
-  --save-path /data/checkpoints/Qwen3.6-27B-DFlash-smoke \
-  --epochs 1 \
-  --lr 0.0003 \
-  --speculator-type dflash \
-  --block-size 16 \
-  --target-layer-ids 2 17 32 47 62 \
-  --total-seq-len 8192 \
-  --from-pretrained /data/models/z-lab/Qwen3.6-27B-DFlash.speculators \
+  "${smoke_argv[@]}" /data/models/z-lab/Qwen3.6-27B-DFlash.speculators \
     || { echo "the smoke run failed (above); the full run does not start" >&2; exit 1; }
   printf '%s\n' "$smoke_key" >"$root$smoke_save/.gpuhosts-smoke"
   echo "smoke run passed: the full run starts"
