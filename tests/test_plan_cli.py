@@ -183,7 +183,8 @@ def test_trainer_plan_shows_the_gpu_split_and_the_three_layer_id_lists(tmp_path)
                                     "serverExtracts": [2, 17, 32, 47, 62, 64]}
     assert training["keptOnDestroy"] == ["/data/models/Qwen/Qwen3.6-27B", "/data/models/z-lab/Qwen3.6-27B-DFlash",
                                          "/data/models/z-lab/Qwen3.6-27B-DFlash.speculators",
-                                         "/data/data/qwen36-mix-913k", "/data/checkpoints/Qwen3.6-27B-DFlash"]
+                                         "/data/data/qwen36-mix-913k", "/data/checkpoints/Qwen3.6-27B-DFlash",
+                                         "/data/checkpoints/Qwen3.6-27B-DFlash-smoke"]
     assert "layer ids: drafter config [1, 16, 31, 46, 61], trainer [2, 17, 32, 47, 62], server extracts" in result.stdout
     script = (tmp_path / "trainer" / "hosts" / "trainer" / "opt/gpuhosts/training/train_dflash_qwen36.sh").read_text()
     assert "--nproc_per_node 4" in script and "export CUDA_VISIBLE_DEVICES=4,5,6,7" in script
