@@ -9,8 +9,16 @@ No Pulumi backend is involved, so the SSH key cannot come from the stack's encry
 is read from a file (`--ssh-key FILE`, or the file `$GPUHOSTS_SSH_KEY_FILE` names), in memory, and never printed.
 The host key is pinned exactly as the provider pins it: the stack's `ssh.hostKey`, an unknown key refused.
 
+With `--deep`, each download is also read whole: every file against the Hub's own listing of the repository at
+the pinned revision (`GET {HF_ENDPOINT}/api/models/{repo}/tree/{revision}?recursive=true`, huggingface_hub
+`list_repo_tree`, read from this machine; `HF_TOKEN` is sent when set), a weight file by its full sha256 against
+the listing's LFS sha256. A refresh samples a weight file (its size and three MiB of it) and may miss one changed
+byte of a multi-GB shard; the deep check names the file. Its cost is a full read of the weights on the host:
+`deep-check: UNIT bytes=N seconds=S` on stderr per download.
+
 Exit codes: 0 every unit in sync; 2 drift; 1 an error (bad stack, missing or unreadable key, a host that cannot be
-reached, a probe that fails). An error wins over drift: the check is then incomplete.
+reached, a probe that fails, a Hub listing that cannot be read). An error wins over drift: the check is then
+incomplete.
 """
 
 from __future__ import annotations
@@ -22,12 +30,17 @@ import json
 import os
 import stat
 import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from gpuhosts.config import ConfigError, StackKind, stack_kind
 from gpuhosts.plan import PlanError, read_stack_file, stand_in_secrets
+from gpuhosts.plans.model_download import deep_probe
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.provider import UnitFailed, probe, refreshed_facts, unit_inputs
@@ -36,6 +49,9 @@ from gpuhosts.ssh import DIAL_ATTEMPTS, Connection, ConnectionDropped, SshError,
 from gpuhosts.stacks import require_locks, validate_stack, validate_trainer_stack
 
 KEY_FILE_VARIABLE = "GPUHOSTS_SSH_KEY_FILE"
+# huggingface_hub's own variables (constants.py ENDPOINT, HF_TOKEN): where the Hub is, and the token it is sent.
+HUB_ENDPOINT_VARIABLE, HUB_TOKEN_VARIABLE = "HF_ENDPOINT", "HF_TOKEN"
+HUB_ENDPOINT = "https://huggingface.co"
 EXIT_IN_SYNC, EXIT_ERROR, EXIT_DRIFT = 0, 1, 2
 IN_SYNC, DRIFTED, UNREACHABLE, FAILED = "in sync", "drifted", "unreachable", "failed"
 # What a drifted field shows on the side the plan does not declare (a fact the probe reports beyond them).
@@ -61,6 +77,8 @@ class UnitCheck:
     drift: list[FieldDrift] = field(default_factory=list)
     observations: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
+    # With --deep, for a download: what was read whole and how long it took.
+    deep: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +124,10 @@ def text_report(stack: str, host: str, target: Target, checks: list[UnitCheck]) 
         else:
             lines.append(f"  {check.unit}: in sync")
         lines += [f"      observed {name}: {_shown(value)}" for name, value in check.observations.items()]
+        if check.deep:
+            lines.append(f"      deep: {check.deep['files']} file(s) of {check.deep['repo']}@{check.deep['revision']} "
+                         f"read whole, {check.deep['bytes']} bytes in {check.deep['seconds']:.2f} s")
+            lines += [f"      fix: {fix}" for fix in check.deep.get("fixes", [])]
     counts = {status: sum(c.status == status for c in checks) for status in (IN_SYNC, DRIFTED, UNREACHABLE, FAILED)}
     lines.append(f"{host}: " + ", ".join(f"{n} {status}" for status, n in counts.items() if n or status != FAILED))
     return lines
@@ -195,6 +217,66 @@ def check_units(connection: Connection, graph, target: dict[str, Any], reword: C
     return checks
 
 
+# --- the Hub and the deep check -----------------------------------------------------------------------------------------
+class HubError(Exception):
+    """The Hub's listing could not be read; the message says what the Hub answered."""
+
+
+def hub_listing(endpoint: str, repo: str, revision: str, token: str | None = None,
+                opener=urllib.request.urlopen) -> list[dict[str, Any]]:
+    """Every entry of the repository at the revision, as huggingface_hub v0.36.0 `list_repo_tree(recursive=True)`
+    asks for them: pages followed through their `Link: <…>; rel="next"` header (utils/_pagination.py
+    `paginate`)."""
+    url = (f"{endpoint.rstrip('/')}/api/models/{repo}/tree/{urllib.parse.quote(revision, safe='')}"
+           "?recursive=true&expand=false")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    entries: list[dict[str, Any]] = []
+    while url:
+        try:
+            with opener(urllib.request.Request(url, headers=headers), timeout=60) as response:
+                entries += json.load(response)
+                url = _next_page(response.headers.get("Link", ""))
+        except urllib.error.HTTPError as error:
+            code = error.headers.get("X-Error-Code") or error.code
+            raise HubError(f"the Hub's listing of {repo}@{revision} answered {error.code} ({code})") from None
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            raise HubError(f"the Hub's listing of {repo}@{revision} could not be read: "
+                           f"{getattr(error, 'reason', error)}") from None
+    return entries
+
+
+def _next_page(link: str) -> str | None:
+    for part in link.split(","):
+        target, _, params = part.partition(";")
+        if 'rel="next"' in params.replace(" ", ""):
+            return target.strip().strip("<>")
+    return None
+
+
+def deep_check(connection: Connection, unit, target: dict[str, Any], listing: list[dict[str, Any]],
+               check: UnitCheck, log=lambda line: None) -> UnitCheck:
+    """The download read whole on the host against the Hub's listing, its drift added to the unit's check."""
+    script, desired = deep_probe(unit, listing)
+    props = {**unit_inputs(unit, target), "probe": script, "facts": desired}
+    started = time.monotonic()
+    observed = probe(connection, props)
+    seconds = time.monotonic() - started
+    drift, _ = compare(desired, observed)
+    read = sum(entry.get("lfs", {}).get("size", entry.get("size", 0)) for entry in listing if entry.get("type") == "file")
+    log(f"deep-check: {unit.key} bytes={read} seconds={seconds:.2f}")
+    # A file the refresh does not see changed (a byte outside the samples) is repaired once it is gone: the
+    # refresh then finds it missing and the download's ensure fetches it, and only it, again.
+    where = f" in CT {unit.hub.container}" if unit.hub.container is not None else ""
+    fixes = [f"rm {unit.hub.directory}/{d.field.split(' of ', 1)[1]}{where}, then pulumi up (the download fetches it "
+             "again)" for d in drift if d.observed != "missing"]
+    check.drift += drift
+    check.deep = {"repo": unit.hub.repo, "revision": unit.hub.revision, "files": len(desired), "bytes": read,
+                  "seconds": round(seconds, 2), "fixes": fixes}
+    if drift and check.status == IN_SYNC:
+        check.status = DRIFTED
+    return check
+
+
 # --- the command ------------------------------------------------------------------------------------------------------
 def add_subparser(commands) -> argparse.ArgumentParser:
     parser = commands.add_parser("check", help="run every unit's probe on the live host and report drift",
@@ -205,6 +287,9 @@ def add_subparser(commands) -> argparse.ArgumentParser:
     parser.add_argument("--ssh-key", metavar="FILE",
                         help=f"private key file for the host (default: the file ${KEY_FILE_VARIABLE} names)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument("--deep", action="store_true",
+                        help="also read each download whole and compare every file with the Hub's listing "
+                             f"(${HUB_ENDPOINT_VARIABLE}, default {HUB_ENDPOINT}); reads all the weights")
     parser.add_argument("--dial-attempts", type=int, default=DIAL_ATTEMPTS, metavar="N",
                         help=f"dials cut on the way (a timeout, a reset) before the host counts as unreachable; "
                              f"a refused one is not retried (default {DIAL_ATTEMPTS})")
@@ -255,17 +340,41 @@ def run(args: argparse.Namespace, stack_name, environ: dict[str, str] | None = N
         .replace("gpuhosts:*.ssh.hostKey", "the stack's ssh.hostKey")
     # The dial and probe log lines are the provider's log for the engine; here only on request.
     log = contextlib.nullcontext() if args.verbose else contextlib.redirect_stderr(io.StringIO())
+    costs: list[str] = []
     try:
         with log:
             checks = check_units(connection, loaded.graph, inputs, reword)
+            if args.deep:
+                deep_checks(connection, loaded.graph, inputs, checks, environ, costs.append)
     finally:
         connection.close()
+    for line in costs:
+        print(line, file=sys.stderr)
     if args.json:
         print(json.dumps(json_report(stack, loaded.host, target, checks, loaded.warnings), indent=2, sort_keys=True,
                          ensure_ascii=False))
     else:
         print("\n".join(text_report(stack, loaded.host, target, checks)))
     return exit_code(checks)
+
+
+def deep_checks(connection: Connection, graph, target: dict[str, Any], checks: list[UnitCheck],
+                environ: dict[str, str], log) -> None:
+    """--deep: each download its probe reached, read whole against the Hub's listing at its revision."""
+    endpoint = environ.get(HUB_ENDPOINT_VARIABLE) or HUB_ENDPOINT
+    token = environ.get(HUB_TOKEN_VARIABLE) or None
+    by_key = {check.unit: check for check in checks}
+    for unit in graph.apply_order:
+        check = by_key[unit.key]
+        if unit.hub is None or check.status in (UNREACHABLE, FAILED):
+            continue
+        try:
+            listing = hub_listing(endpoint, unit.hub.repo, unit.hub.revision, token)
+            deep_check(connection, unit, target, listing, check, log)
+        except HubError as error:
+            check.status, check.reason = FAILED, f"deep: {error}"
+        except (UnitFailed, SshError) as error:
+            check.status, check.reason = FAILED, f"deep: {error}"
 
 
 def _fail(args: argparse.Namespace, stack: str, message: str) -> int:

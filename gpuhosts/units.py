@@ -39,6 +39,17 @@ class GraphError(ValueError):
 
 
 @dataclass(frozen=True)
+class HubFiles:
+    """A Hugging Face repository's files at a revision as a unit keeps them in `directory` (inside `container`, or
+    on the host): what `gpuhosts check --deep` reads whole and compares with the Hub's own listing."""
+
+    repo: str
+    revision: str
+    directory: str
+    container: int | None = None
+
+
+@dataclass(frozen=True)
 class Unit:
     """One host unit. `key` names it on its host and in Pulumi (the resource name), so it never contains the host's
     name: renaming the host changes inputs, not identities."""
@@ -67,6 +78,7 @@ class Unit:
     # A unit whose probe reads nothing says why nothing of it can be read back on a refresh; every other unit
     # declares facts (tests/test_unit_facts.py holds every unit of the committed stacks to it).
     no_facts_because: str = ""
+    hub: HubFiles | None = None
 
     def __post_init__(self) -> None:
         if not UNIT_KEY.match(self.key):

@@ -179,6 +179,9 @@ def main() -> int:
                                                                        "hostKey": dbed.ssh.host_key}})
                     program = dbed.program(here)
                 drift.tamper(dbed)
+                if drift.fix is not None:
+                    # What `gpuhosts check --deep` tells the operator to do about what a refresh does not see.
+                    drift.fix(dbed)
                 preview = dbed.preview(program=program)
                 changed = preview.changed()
                 is_shown = set(changed) == set(drift.shown) and all(

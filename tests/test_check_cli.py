@@ -8,6 +8,7 @@ tests/lifecycle/drifts.py; the scheduled-check units are taken from docs/operati
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -29,9 +30,11 @@ from gpuhosts.check import (
     NOT_DECLARED,
     UNREACHABLE,
     FieldDrift,
+    HubError,
     UnitCheck,
     compare,
     exit_code,
+    hub_listing,
     load,
 )
 from gpuhosts.cli import main
@@ -72,6 +75,49 @@ def test_exit_code(statuses, code):
 
 
 # --- live: the simulated host over SSH ---------------------------------------------------------------------------------
+class Page(io.BytesIO):
+    def __init__(self, entries, link=""):
+        super().__init__(json.dumps(entries).encode())
+        self.headers = {"Link": link} if link else {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_the_hubs_listing_is_read_page_after_page_with_the_token_when_one_is_set():
+    asked = []
+
+    def opener(request, timeout):
+        asked.append((request.full_url, request.headers.get("Authorization")))
+        if len(asked) == 1:
+            return Page([{"type": "file", "path": "a"}], '<https://hub.example/api/models/o/r/tree/main?cursor=2>; '
+                                                         'rel="next"')
+        return Page([{"type": "file", "path": "b"}])
+
+    entries = hub_listing("https://hub.example/", "o/r", "refs/pr/1", "hf_x", opener=opener)
+    assert [e["path"] for e in entries] == ["a", "b"]
+    # The revision is quoted whole into the path, as huggingface_hub's list_repo_tree quotes it.
+    assert asked == [("https://hub.example/api/models/o/r/tree/refs%2Fpr%2F1?recursive=true&expand=false",
+                      "Bearer hf_x"),
+                     ("https://hub.example/api/models/o/r/tree/main?cursor=2", "Bearer hf_x")]
+
+
+def test_a_repository_the_hub_does_not_have_is_named_with_its_answer(tmp_path):
+    from fakehost.hub import HubApi
+    from fakehost.tree import seed_kpro5
+    api = HubApi(seed_kpro5(tmp_path / "kpro5"))
+    try:
+        with pytest.raises(HubError, match=r"the Hub's listing of nobody/nothing@main answered 404 \(RepoNotFound\)"):
+            hub_listing(api.endpoint, "nobody/nothing", "main")
+        assert [e["path"] for e in hub_listing(api.endpoint, "Qwen/Qwen3.6-27B", "main")][:2] == \
+            ["config.json", "model-00001-of-00003.safetensors"]
+    finally:
+        api.close()
+
+
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     bed = Bed.seed(tmp_path_factory.mktemp("check") / "template")

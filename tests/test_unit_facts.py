@@ -63,6 +63,12 @@ def test_every_desired_fact_is_one_the_probe_prints(unit: Unit):
     assert not printed, f"{unit.key}: the probe prints no fact {printed}"
 
 
+@pytest.mark.parametrize("unit", every_unit())
+def test_every_file_a_unit_installs_is_a_fact_by_its_digest(unit: Unit):
+    unread = [f.path for f in unit.files if f"file {f.path}" not in unit.desired]
+    assert not unread, f"{unit.key} installs {unread} without a `file PATH` fact (sha256 and mode)"
+
+
 def test_the_plans_cover_every_kind_of_unit():
     kinds = {unit.kind for units in UNITS.values() for unit in units}
     assert kinds >= {"VfioBinding", "NvidiaDriver", "HostReboot", "LxcGpuPassthrough", "ContainerUserspace",

@@ -71,14 +71,13 @@ def gate_facts(unit: str, service: ServiceConfig, python: str, settings: str, pa
                shlex.quote(settings)] + ([f'"$root"{shlex.quote(env_file)}', shlex.quote(key_variable)] if env_file
                                          else [])
     setup = (f"gate_recheck=\"$({' '.join(command)} 2>/dev/null)\" || true",)
-    base_url = json.loads(settings)["base_url"]
 
     def read(field: str) -> str:
         return f'sed -n "s/^{field}: //p" <<<"$gate_recheck" | grep . || echo {shlex.quote(NOT_READ)}'
 
     record = shlex.quote(f"{GATES_DIR}/{unit}")
-    return [Fact(f"health {base_url}", read("health"), "answers", setup),
-            Fact(f"model at {base_url}", read("model"), service.model_name, setup),
+    return [Fact(f"health of {service.name}", read("health"), "answers", setup),
+            Fact(f"model served by {service.name}", read("model"), service.model_name, setup),
             Fact(f"gate record {GATES_DIR}/{unit}", f'cat "$root"{record} || echo missing', passed)]
 
 

@@ -5,6 +5,9 @@ One download per directory, shared by the services that name it. A gated reposit
 runs. After a download the weights' config.json is checked against what the plan derived from the model table
 (the target's layer count, a DFlash drafter's `target_layer_ids` and sliding-window layers).
 With `weightsOn: host` the directory lies on host storage that ModelStore bind-mounts into the container.
+The probe reads the files themselves: a small file against the Hub's blob id hf recorded for it, a weight file by
+its size and a sampled digest recorded when its download completed (templates/container_services/model-files.sh.j2);
+`gpuhosts check --deep` reads every file whole against the Hub's listing (`deep_probe`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from gpuhosts.config import ContainerConfig
 from gpuhosts.facts import Fact, desired, files_facts
 from gpuhosts.render import render
 from gpuhosts.services import DrafterSpec, ModelSpec, ServiceConfig, SpecMethod, WeightsOn
-from gpuhosts.units import Unit
+from gpuhosts.units import HubFiles, Unit
 
 HF_TOKEN = "hfToken"
 # The downloads' own `hf`: an environment of theirs, so that a download waits for no engine environment.
@@ -154,10 +157,44 @@ def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, 
         stdin_secret=secret,
         files=(lock,),
         container=vmid,
+        hub=HubFiles(spec.repo, spec.revision, download.directory, vmid),
         undoes=(f"weights of {spec.repo} in {download.directory} on {where} "
                 + ("deleted (deleteOnDestroy)" if spec.delete_on_destroy else "kept (deleteOnDestroy is false)")
                 + "; the download tools removed with the last download"),
     )
+
+
+# How many weight files the deep check reads at once: each is one sha256sum, bound by the disk more than a core.
+DEEP_PARALLEL = 4
+
+
+def deep_facts(hub: HubFiles, listing: list[dict]) -> list[Fact]:
+    """Every file of the Hub's listing (GET /api/models/{repo}/tree/{revision}: huggingface_hub `list_repo_tree`)
+    read whole where the download keeps it, as the Hub has it: an LFS file (the weights) by its full sha256 and
+    size against the listing's `lfs.oid` and `lfs.size`, any other file by its git blob id against `oid`. One
+    byte changed anywhere in a shard shows, naming the file; the refresh's sampled digest may miss it."""
+    files = [entry for entry in listing if entry.get("type") == "file"]
+    lfs = [entry["path"] for entry in files if entry.get("lfs")]
+    directory = shlex.quote(hub.directory)
+    setup = (render("container_services/model-files.sh.j2").rstrip("\n"),
+             render("container_services/model-deep-check.sh.j2", directory=hub.directory, lfs_paths=lfs,
+                    parallel=DEEP_PARALLEL).rstrip("\n"))
+    facts = []
+    for entry in files:
+        path = shlex.quote(entry["path"])
+        if entry.get("lfs"):
+            facts.append(Fact(f"Hub sha256 of {entry['path']}", f"deep_lfs_state {directory} {path}",
+                              f"sha256:{entry['lfs']['oid']} size:{entry['lfs']['size']}", setup))
+        else:
+            facts.append(Fact(f"Hub blob of {entry['path']}", f"deep_blob_state {directory} {path}",
+                              f"blob:{entry['oid']} size:{entry['size']}", setup))
+    return facts
+
+
+def deep_probe(unit: Unit, listing: list[dict]) -> tuple[str, dict[str, str]]:
+    """The deep check's probe of a download and the facts the Hub's listing says it must print."""
+    facts = deep_facts(unit.hub, listing)
+    return probe_in(unit.key, unit.hub.container, facts), desired(facts)
 
 
 def model_store_key(vmid: int) -> str:

@@ -8,6 +8,7 @@ Shared by tests/lifecycle/test_drift.py and `make lifecycle`.
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field
 from typing import Callable
@@ -26,6 +27,10 @@ class Drift:
     repaired_by: tuple[str, ...] = ()   # the units whose ensure runs; default: the units shown
     refuse: str = ""                    # for drift ensure must not repair: the words of the refusal
     names: dict[str, str] = field(default_factory=dict)  # unit -> words the refreshed value of its shown fact holds
+    # Drift a refresh does not see (a byte outside the samples of a weight file): unit -> the field that
+    # `gpuhosts check --deep` names, then `fix`, what its report tells the operator to do, makes it `shown`.
+    deep: dict[str, str] = field(default_factory=dict)
+    fix: Callable | None = None
 
     @property
     def repairs(self) -> tuple[str, ...]:
@@ -81,6 +86,33 @@ def edited(unit: str, override: str, then: str = "") -> str:
             + (f" && {then}" if then else ""))
 
 
+ROOT = '"${GPUHOSTS_HOST_ROOT:-}"'
+SGLANG_VENV = "/opt/gpuhosts/qwen-sglang/venv"
+QWEN, DRAFTER = "/srv/models/Qwen3.6-27B", "/srv/models/Qwen3.6-27B-DFlash"
+CONVERTED = "/data/models/z-lab/Qwen3.6-27B-DFlash.speculators"
+# A byte of the middle shard that none of the refresh's three sampled MiB covers (the shard is 4.5 MiB).
+FLIPPED_SHARD, FLIPPED_AT = "model-00002-of-00003.safetensors", 1280 * 1024
+
+
+def installed_by_hand(requirement: str) -> str:
+    """`uv pip install` into the engine's venv by hand, with the uv gpuhosts bootstrapped there."""
+    return (f'{ROOT}/opt/gpuhosts/.uv/bin/uv pip install -q --python {ROOT}{SGLANG_VENV}/bin/python '
+            f'{shlex.quote(requirement)}')
+
+
+def byte_flipped_in_place(bed) -> None:
+    """One bit of a weight shard flipped where it lies, its mtime kept (what a bad disk or a bad copy leaves): hf's
+    metadata still vouches for the file, and the refresh's samples do not cover the byte."""
+    shard = bed.tree / "var/lib/lxc/129/rootfs" / QWEN.lstrip("/") / FLIPPED_SHARD
+    stat = shard.stat()
+    with shard.open("r+b") as handle:
+        handle.seek(FLIPPED_AT)
+        byte = handle.read(1)
+        handle.seek(FLIPPED_AT)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
 def masked(unit: str) -> str:
     """`systemctl mask --now` refuses a unit whose file is in /etc/systemd/system ("File … already exists."), so the
     file goes first, as an operator has to do."""
@@ -113,9 +145,40 @@ DRIFTS = [
     Drift("model weights deleted", "kpro5",
           on_host(CONTAINER + "'rm -rf \"${GPUHOSTS_HOST_ROOT:-}/srv/models/Qwen3.6-27B\"'"),
           {"ct129-model-qwen3-6-27b": 'facts["weights /srv/models/Qwen3.6-27B"]'}),
+    # What the environment holds, not what gpuhosts last wrote: the seed's SGLang 0.5.9 over the lock's 0.5.11.
+    Drift("SGLang 0.5.9 installed into the engine's venv", "kpro5", in_container(installed_by_hand("sglang==0.5.9")),
+          {"ct129-env-qwen-sglang": f'facts["sglang in {SGLANG_VENV}"]'},
+          names={"ct129-env-qwen-sglang": "sglang 0.5.9"}),
+    # The running engine keeps the key it started with, so its gate's re-check, which reads the file, is refused.
+    Drift("the API-key file rewritten with another key", "kpro5",
+          in_container(f"printf 'GPUHOSTS_API_KEY=sk-someone-elses-key\\n' >{ROOT}/etc/gpuhosts/qwen-sglang.env"),
+          {"ct129-service-qwen-sglang": 'facts["key file /etc/gpuhosts/qwen-sglang.env"]',
+           "ct129-gate-qwen-sglang": 'facts["model served by qwen-sglang"]'},
+          names={"ct129-service-qwen-sglang": "not gpuhosts:llmApiKey (keyed sha256:",
+                 "ct129-gate-qwen-sglang": "/v1/models answered 401"}),
+    Drift("the downloaded drafter's sliding_window changed", "kpro5",
+          in_container(f"sed -i 's/\"sliding_window\": 2048/\"sliding_window\": 4096/' {ROOT}{DRAFTER}/config.json"),
+          {"ct129-model-qwen3-6-27b-dflash": f'facts["small files of {DRAFTER}"]'},
+          names={"ct129-model-qwen3-6-27b-dflash": "config.json: blob"}),
+    Drift("a weight shard cut short", "kpro5",
+          in_container(f"truncate -s -100 {ROOT}{QWEN}/model-00003-of-00003.safetensors"),
+          {"ct129-model-qwen3-6-27b": f'facts["weight files of {QWEN}"]'},
+          names={"ct129-model-qwen3-6-27b": "model-00003-of-00003.safetensors: 3348 bytes, downloaded 3448"}),
+    # The refresh samples a shard and misses this byte (asserted); the deep check reads it whole and names the file,
+    # whose removal its report asks for; the refresh then finds it missing and the download fetches it again.
+    Drift("a flipped byte in a weight shard, found by gpuhosts check --deep", "kpro5", byte_flipped_in_place,
+          {"ct129-model-qwen3-6-27b": f'facts["weight files of {QWEN}"]'},
+          names={"ct129-model-qwen3-6-27b": f"{FLIPPED_SHARD} missing"},
+          deep={"ct129-model-qwen3-6-27b": f"Hub sha256 of {FLIPPED_SHARD}"},
+          fix=in_container(f"rm {ROOT}{QWEN}/{FLIPPED_SHARD}")),
     Drift("hidden-state server unit removed", "trainer",
           on_host('rm "$GPUHOSTS_HOST_ROOT/etc/systemd/system/gpuhosts-hidden-state-server.service"'),
           {"hidden-state-server": 'facts["file /etc/systemd/system/gpuhosts-hidden-state-server.service"]'}),
+    Drift("the converted drafter's config.json edited", "trainer",
+          on_host(f"sed -i 's/\"sliding_window\": 2048/\"sliding_window\": 4096/' "
+                  f'"$GPUHOSTS_HOST_ROOT{CONVERTED}/config.json"'),
+          {"drafter-convert": f'facts["converted config {CONVERTED}/config.json"]'},
+          names={"drafter-convert": "edited since the conversion"}),
     Drift("monitor unit edited", "trainer",
           on_host('printf "Nice=5\\n" >>"$GPUHOSTS_HOST_ROOT/etc/systemd/system/gpuhosts-training-monitor.service"'),
           {"training-monitor": 'facts["file /etc/systemd/system/gpuhosts-training-monitor.service"]'}),

@@ -7,15 +7,20 @@ cases are data (tests/lifecycle/drifts.py).
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 from engine import ApplyError
 from engine_standin import Engine as EngineStandin, start_engine
+from fakehost.hub import HubApi
 from lifecycle.drifts import DRIFTS, Drift
 from sshhost import free_port
-from sshhost.bed import SECRETS, Bed, names
+from sshhost.bed import PROJECT, SECRETS, Bed, names
 from trainer_node import TrainerBed
 
 
@@ -38,10 +43,35 @@ def kpro5_template(tmp_path_factory, standin):
     bed.close()
 
 
+# The stack file `gpuhosts check` reads: the SSH key only as a `secure:` value the Pulumi CLI alone decrypts.
+SECURE = {"secure": "v1:AAABAGxvY2tlZC1ieS10aGUtY2xpLW5vdC1oZXJlCg=="}
+
+
+def deep_check(bed, values) -> tuple[int, dict]:
+    """`gpuhosts check kpro5 --deep --json` against the bed, the Hub's listing served from its own registry."""
+    stack = bed.write_stack({**values, "sshPrivateKey": SECURE})
+    api = HubApi(bed.tree)
+    try:
+        environment = {k: v for k, v in os.environ.items() if k not in ("GPUHOSTS_SSH_KEY_FILE", "HF_TOKEN")}
+        result = subprocess.run([sys.executable, "-m", "gpuhosts.cli", "check", "kpro5", "--stack-file", str(stack),
+                                 "--ssh-key", str(bed.ssh.private_key), "--deep", "--json"], capture_output=True,
+                                text=True, cwd=PROJECT, env={**environment, "HF_ENDPOINT": api.endpoint}, timeout=300)
+    finally:
+        api.close()
+    assert re.search(r"^deep-check: ct129-model-qwen3-6-27b bytes=\d+ seconds=", result.stderr, re.M), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
 def check_drift(bed, drift: Drift, values=None) -> None:
     program = bed.program(values)
     assert bed.preview(program=program).changed() == {}, "not in sync before the change"
     drift.tamper(bed)
+    if drift.deep:
+        assert bed.preview(program=program).changed() == {}, "the refresh's samples were meant to miss this"
+        code, report = deep_check(bed, values)
+        drifted = {u["unit"]: [d["field"] for d in u["drift"]] for u in report["units"] if u["status"] == "drifted"}
+        assert code == 2 and drifted == {unit: [field] for unit, field in drift.deep.items()}, report
+        drift.fix(bed)
     preview = bed.preview(program=program)
     changed = preview.changed()
     assert set(changed) == set(drift.shown), {k: v.diffs for k, v in changed.items()}
@@ -64,6 +94,9 @@ def check_drift(bed, drift: Drift, values=None) -> None:
     for _ in range(2):
         again = bed.preview(program=program)
         assert again.changed() == {} and again.refreshed == {}, again.changed()
+    if drift.deep:
+        code, report = deep_check(bed, values)
+        assert code == 0, [u for u in report["units"] if u["status"] != "in sync"]
 
 
 @pytest.mark.parametrize("drift", [d for d in DRIFTS if d.stack == "kpro5"], ids=lambda d: d.name)

@@ -120,6 +120,11 @@ def test_a_rotated_api_key_shows_as_a_change_of_the_services_that_read_it(bed, p
         SECRETS["llmApiKey"] = original
     changed = preview.changed()
     assert set(changed) == {"ct129-service-qwen-sglang", "ct129-service-qwen-vllm-dflash"}, changed
-    assert all(change.diffs == ["secret.digest"] for change in changed.values()), changed
+    # The input is the new key's digest, and the refresh compares each key file with the new key, which it no
+    # longer holds.
+    for unit, change in changed.items():
+        name = unit.removeprefix("ct129-service-")
+        assert sorted(change.diffs) == [f'facts["key file /etc/gpuhosts/{name}.env"]', "secret.digest"], change.diffs
+        assert preview.facts[unit][f"key file /etc/gpuhosts/{name}.env"].startswith("not gpuhosts:llmApiKey")
     # Only a digest of the key is an input, never the key.
     assert all(rotated not in json.dumps(entry) and original not in json.dumps(entry) for entry in before.values())
