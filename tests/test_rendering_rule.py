@@ -26,7 +26,7 @@ from conftest import KPRO5_SECRETS, READY_CAP_S, TRAINER_SECRETS, kpro5_values, 
 from gpuhosts.config import ConfigError
 from gpuhosts.stacks import validate_stack
 from gpuhosts.protocol import parse_facts
-from gpuhosts.provider import OBSERVATION
+from gpuhosts.provider import refreshed_facts
 from gpuhosts.render import TEMPLATES, _ENV, refuse_control, systemd_value
 from gpuhosts.stacks import validate_trainer_stack
 
@@ -481,8 +481,9 @@ def run_all(units, tree: Path, operation: str, stdin: dict[str, str]) -> None:
                                 env=host_env(tree), timeout=180)
         assert result.returncode == 0, f"{unit.key} {operation} failed:\n{result.stdout}\n{result.stderr}"
         if operation == "probe":
-            # After a converge every declared fact holds: the hostile values were written where they belong.
-            facts = {k: v for k, v in parse_facts(result.stdout).items() if not k.startswith(OBSERVATION)}
+            # After a converge every declared fact holds: the hostile values were written where they belong (a key
+            # file compared with its secret, as the provider compares it).
+            facts = refreshed_facts(unit.desired, parse_facts(result.stdout), unit.key, stdin.get)[0]
             assert facts == unit.desired, f"{unit.key}: {facts} != {unit.desired}"
 
 

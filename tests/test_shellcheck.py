@@ -1,5 +1,6 @@
-"""Every script the stacks render — each unit's ensure, teardown and probe, what they run inside a container, and the
-scripts they install — passes `bash -n` and shellcheck, for both boot loaders."""
+"""Every script the stacks render — each unit's ensure, teardown and probe, what they run inside a container, the
+scripts they install, and the deep check's probe of each download — passes `bash -n` and shellcheck, for both boot
+loaders."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 import pytest
 
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
+from fakehost.hub import REPOS, tree_entries
+from gpuhosts.plans.model_download import deep_probe
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.stacks import validate_stack
@@ -67,6 +70,12 @@ def scripts():
                 add(text, "bash", f"{variant}/{unit.key}/{operation}")
                 for inner in inner_scripts(text):
                     add(inner, "bash", f"{variant}/{unit.key}/{operation}-in-container")
+            if unit.hub is not None:
+                # `gpuhosts check --deep`'s probe, over the simulated Hub's listing of the repository.
+                text, _ = deep_probe(unit, tree_entries(REPOS[unit.hub.repo]()))
+                add(text, "bash", f"{variant}/{unit.key}/deep-probe")
+                for inner in inner_scripts(text):
+                    add(inner, "bash", f"{variant}/{unit.key}/deep-probe-in-container")
             for file in unit.files:
                 for shebang, shell in (("#!/bin/sh", "sh"), ("#!/bin/bash", "bash")):
                     if file.content.startswith(shebang + "\n"):
