@@ -199,6 +199,12 @@ DRIFTS = [
           {"nvidia-driver": f'facts["DropInPaths of {PERSISTENCED}"]'}),
     Drift("the monitor unit masked", "trainer", on_host(masked(MONITOR)),
           {"training-monitor": f'facts["systemd {MONITOR}"]'}),
+    Drift("the SGLang service disabled", "kpro5", in_container(f"systemctl disable {SGLANG}"),
+          {"ct129-service-qwen-sglang": f'facts["systemd {SGLANG}"]'}),
+    # The monitor reads the trainer's output; another user may not, and would not hold the port's binding either.
+    Drift("a drop-in runs the monitor as another user", "trainer",
+          on_host(edited(MONITOR, "[Service]\nUser=nobody\n", f"systemctl restart {MONITOR}")),
+          {"training-monitor": f'facts["User of {MONITOR}"]'}, names={"training-monitor": "nobody"}),
     Drift("a running VM holds a GPU meant for the container", "kpro5", vm_takes_a_container_gpu,
           {"vfio-binding": 'facts["running VM with 0000:61:00"]',
            "ct129-gpu-devices": 'facts["other guests on 0000:61:00.0"]',
