@@ -23,12 +23,15 @@ plan: $(VENV)/.synced
 	$(VENV)/bin/gpuhosts plan $(STACK) --out build/plan/$(STACK)
 
 # shellcheck and systemd-analyze validate what gpuhosts renders; sshd serves the simulated host over real SSH;
-# chromium renders the training monitor's page headless. apt-get only runs where one of them is missing.
+# chromium renders the training monitor's page headless; Debian's prometheus (promtool) and prometheus-alertmanager
+# check the alert rules and carry an alert end to end. apt-get only runs where one of them is missing.
 system-deps:
 	@command -v shellcheck >/dev/null && command -v systemd-analyze >/dev/null && \
 		test -x /usr/sbin/sshd && command -v ssh >/dev/null && command -v chromium >/dev/null && \
-		command -v /usr/sbin/modprobe >/dev/null && command -v /usr/sbin/depmod >/dev/null || \
-		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client chromium kmod; }
+		command -v /usr/sbin/modprobe >/dev/null && command -v /usr/sbin/depmod >/dev/null && \
+		command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client chromium kmod \
+			prometheus prometheus-alertmanager; }
 
 # The quick tier, after every change: every unit kind by its plan and one converge on the simulated host; the
 # scenario suites (faults, fidelity, hostile input, every drift case) are marked `full` (tests/conftest.py).

@@ -1,4 +1,5 @@
-"""The Flask application: one page, /api/status with every number the page shows, /healthz."""
+"""The Flask application: one page, /api/status with every number the page shows, /metrics with them for
+Prometheus, /healthz."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from flask import Flask, Response, g, jsonify, render_template, request
 
+from gpuhosts_monitor.metrics import CONTENT_TYPE, exposition
 from gpuhosts_monitor.parse import Snapshot, downsample
 from gpuhosts_monitor.sources import Cached, LogFollower, newest_checkpoint, query_gpus, server_health
 
@@ -264,6 +266,10 @@ def create_app(config: MonitorConfig, clock: Callable[[], float] = time.time) ->
     @app.get("/api/status")
     def api_status():
         return jsonify(monitor.status())
+
+    @app.get("/metrics")
+    def metrics():
+        return Response(exposition(monitor.status()), content_type=CONTENT_TYPE)
 
     @app.get("/healthz")
     def healthz():
