@@ -173,21 +173,29 @@ def _drafter_target_layer_ids(params: dict, ctx: Context) -> list[Hit]:
     return hits
 
 
+def _instances(ctx: Context) -> list[tuple[int, ServiceConfig]]:
+    """Each service's engine copies (its replicas, or itself), with the service's index."""
+    return [(index, instance) for index, service in ctx.services for instance in service.instances]
+
+
 def _tensor_parallel_within_gpus(params: dict, ctx: Context) -> list[Hit]:
-    return [(index, f"tensorParallelSize {s.tensor_parallel_size} with {len(s.gpus)} GPU(s) listed")
-            for index, s in ctx.services if s.tensor_parallel_size > len(s.gpus)]
+    return [(index, f"tensorParallelSize {s.tensor_parallel_size} with {len(s.gpus)} GPU(s) listed"
+             + (f" for replica {s.name}" if s.family != s.name else ""))
+            for index, s in _instances(ctx) if s.gpus and s.tensor_parallel_size > len(s.gpus)]
 
 
 def _pairs(ctx: Context, overlap: Callable[[ServiceConfig, ServiceConfig], str | None]) -> list[Hit]:
     hits = []
-    for position, (index, service) in enumerate(ctx.services):
-        for other_index, other in ctx.services[:position]:
-            if other.container != service.container:
+    instances = _instances(ctx)
+    for position, (index, service) in enumerate(instances):
+        for other_index, other in instances[:position]:
+            # Replicas of one service are held apart by the service's own rules (gpuhosts.services).
+            if other.container != service.container or other.family == service.family:
                 continue
             what = overlap(service, other)
             if what is None:
                 continue
-            declared = other.name in service.shares_with or service.name in other.shares_with
+            declared = other.family in service.shares_with or service.family in other.shares_with
             if not declared:
                 hits.append((index, f"{what} as services[{other_index}] ({other.name}) without sharesWith"))
             elif service.enabled and other.enabled:

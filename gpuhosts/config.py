@@ -249,7 +249,8 @@ class StackConfig(_Model):
         return [b for b in self.benchmarks if b.container == vmid]
 
     def services_in(self, vmid: int) -> list[Any]:
-        return [s for s in self.services if s.container == vmid]
+        """The engine instances that run in container `vmid`: each service, or each of its replicas there."""
+        return [i for s in self.services for i in s.instances if i.container == vmid]
 
     def gpus_for(self, use: GpuUse) -> list[GpuConfig]:
         return sorted((g for g in self.gpus if g.use is use), key=lambda g: g.address)

@@ -15,9 +15,10 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from gpuhosts.compat import load_rules
-from gpuhosts.locks import LOCKS_DIR, PLATFORM, LockError, LockSpec, _read, collecting, header_problem
+from gpuhosts.locks import LOCKS_DIR, PLATFORM, LockError, LockSpec, _read, collecting, header_problem, lock_spec
 from gpuhosts.plan import load_stack, read_stack_file, stand_in_secrets
 from gpuhosts.render import PROJECT_ROOT
+from gpuhosts.services import ROUTER, ROUTER_VERSION
 
 
 # --- what the committed stacks need --------------------------------------------------------------------------------
@@ -49,11 +50,14 @@ def newest_locks(specs: list[LockSpec]) -> list[LockSpec]:
 
 
 def needed_locks(project_root: Path = PROJECT_ROOT) -> list[LockSpec]:
-    """The locks of every committed stack, then those of the newest releases."""
+    """The locks of every committed stack, then those of the newest releases, then the default gateway's (a
+    service may add a gateway without naming its release)."""
     specs: list[LockSpec] = []
     for path in stack_files(project_root):
         specs += [s for s in stack_locks(path) if s not in specs]
-    return specs + newest_locks(specs)
+    specs += newest_locks(specs)
+    router = lock_spec(f"{ROUTER}=={ROUTER_VERSION}", "3.12")
+    return specs + ([router] if router not in specs else [])
 
 
 # --- writing locks ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import re
 from enum import Enum
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from gpuhosts.fields import HF_REPO, HF_REVISION as REVISION, ip_address, safe_directory
 from gpuhosts.config import (
@@ -188,6 +188,93 @@ class GateSpec(_Model):
     ready_timeout_s: int = Field(1800, ge=30, description="How long to wait for /health after a (re)start. Default 1800.")
 
 
+def _gpu_addresses(value: Any) -> Any:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError("must list at least one PCI address of the container's GPUs")
+    addresses = []
+    for item in value:
+        match = PCI_ADDRESS.match(str(item).strip())
+        if not match or match["fn"] != "0":
+            raise ValueError(f"{item!r} is not a GPU's PCI address (function .0), e.g. 0000:41:00.0")
+        addresses.append(f"{(match['domain'] or '0000')}:{match['bus']}:{match['slot']}.0".lower())
+    return tuple(addresses)
+
+
+class ReplicaSpec(_Model):
+    """One copy of a service's engine on GPUs of its own."""
+
+    gpus: tuple[str, ...] = Field(description="PCI addresses of the GPUs this replica uses, all of its container's.")
+    container: int | None = Field(None, description="vmid of the container the replica runs in. Default the service's.")
+    port: int | None = Field(None, ge=1024, le=65535, description="Port of the replica's API. Default the service's; "
+                                                                "replicas in one container need ports of their own.")
+    address: str | None = Field(
+        None, description="Address the gateway reaches the replica at. Default 127.0.0.1, for a replica in the "
+                          "gateway's container; required for one in another container (with bind not 127.0.0.1).")
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, value: Any) -> Any:
+        return _gpu_addresses(value)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        return None if value is None else ip_address(value)
+
+
+class RouterPolicy(str, Enum):
+    # smg 1.13.0 router_args.py COMMON_POLICY_CHOICES (the ones that need no routing key or manual assignment).
+    CACHE_AWARE = "cache_aware"
+    ROUND_ROBIN = "round_robin"
+    POWER_OF_TWO = "power_of_two"
+    LEAST_LOAD = "least_load"
+    RANDOM = "random"
+
+
+# The router release gpuhosts installs by default; `make locks` keeps its lock whether or not a stack names it.
+ROUTER = "smg"
+ROUTER_VERSION = "1.13.0"
+
+
+class GatewayHealth(_Model):
+    """How the gateway checks each replica (smg --health-check-* flags; its defaults differ: 60 s between checks)."""
+
+    endpoint: str = Field("/health", pattern=r"^/[A-Za-z0-9_/.-]{0,80}$",
+                          description="Path the gateway polls on each replica. Default /health.")
+    interval_s: int = Field(10, ge=1, le=3600, description="Seconds between checks. Default 10.")
+    timeout_s: int = Field(5, ge=1, le=600, description="Seconds a check may take. Default 5.")
+    failure_threshold: int = Field(3, ge=1, le=100, description="Failed checks before a replica is taken out. Default 3.")
+    success_threshold: int = Field(2, ge=1, le=100, description="Passed checks before it is put back. Default 2.")
+
+
+class GatewaySpec(_Model):
+    """A model gateway (smg, the Shepherd Model Gateway) in front of the service's replicas; its workers are the
+    replicas, derived, never listed."""
+
+    version: str = Field(ROUTER_VERSION, description=f"Release of the `{ROUTER}` wheel, from its committed lock. "
+                                                     f"Default {ROUTER_VERSION}.")
+    container: int | None = Field(None, description="vmid of the container the gateway runs in. Default the service's.")
+    port: int = Field(ge=1024, le=65535, description="Port of the gateway's OpenAI-compatible API.")
+    bind: str = Field("127.0.0.1", description="Address to listen on. Default 127.0.0.1; 0.0.0.0 for the network.")
+    policy: RouterPolicy = Field(RouterPolicy.CACHE_AWARE, description="Routing policy: `cache_aware` (default, "
+                                 "smg's), `round_robin`, `power_of_two`, `least_load` or `random`.")
+    health: GatewayHealth = Field(GatewayHealth(), description="Health checks of the replicas.")
+    api_key_secret: str | None = Field(
+        None, description="Secret stack key of the key clients send the gateway, which it also sends the replicas; "
+                          "it reaches the gateway only through a 0600 EnvironmentFile. Default the service's apiKeySecret.")
+    python: str = Field("3.12", pattern=r"^3\.\d{1,2}$", description="Python of the gateway's uv environment. Default 3.12.")
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        return _release(value)
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, value: str) -> str:
+        return ip_address(value)
+
+
 class ServiceConfig(_Model):
     name: str = Field(description="Service name: the unit is gpuhosts-<name>.service inside the container.")
     container: int = Field(description="vmid of the container the service runs in.")
@@ -201,7 +288,8 @@ class ServiceConfig(_Model):
     )
     python: str = Field("3.12", pattern=r"^3\.\d{1,2}$", description="Python of the engine's uv environment. Default 3.12.")
     tensor_parallel_size: int = Field(1, ge=1, le=16, description="GPUs one model copy is split over. Default 1.")
-    gpus: tuple[str, ...] = Field(description="PCI addresses of the container's GPUs this service uses.")
+    gpus: tuple[str, ...] = Field((), description="PCI addresses of the container's GPUs this service uses; with "
+                                                  "replicas each replica lists its own instead.")
     port: int = Field(ge=1024, le=65535, description="TCP port of the OpenAI-compatible API.")
     bind: str = Field("127.0.0.1", description="Address to listen on. Default 127.0.0.1; 0.0.0.0 for the network.")
     context_length: int | None = Field(None, ge=512, description="Maximum context; default the model's.")
@@ -229,6 +317,15 @@ class ServiceConfig(_Model):
         (), description="Services this one knowingly shares its port or GPUs with; at most one of them runs at a time."
     )
     gate: GateSpec = Field(GateSpec(), description="Post-deploy thresholds.")
+    replicas: tuple[ReplicaSpec, ...] = Field(
+        (), description="Copies of the engine, each on GPUs of its own, in this container or others; a change goes "
+                        "through them one at a time. Default one, on the service's own gpus and port.")
+    gateway: GatewaySpec | None = Field(None, description="A model gateway in front of the replicas. Default none.")
+
+    # Set on the copies `instances` makes: the declaring service's name and the replica's index and address.
+    _family: str | None = PrivateAttr(None)
+    _replica: int = PrivateAttr(0)
+    _address: str | None = PrivateAttr(None)
 
     @field_validator("bind")
     @classmethod
@@ -245,15 +342,7 @@ class ServiceConfig(_Model):
     @field_validator("gpus", mode="before")
     @classmethod
     def _gpus(cls, value: Any) -> Any:
-        if not isinstance(value, (list, tuple)) or not value:
-            raise ValueError("must list at least one PCI address of the container's GPUs")
-        addresses = []
-        for item in value:
-            match = PCI_ADDRESS.match(str(item).strip())
-            if not match or match["fn"] != "0":
-                raise ValueError(f"{item!r} is not a GPU's PCI address (function .0), e.g. 0000:41:00.0")
-            addresses.append(f"{(match['domain'] or '0000')}:{match['bus']}:{match['slot']}.0".lower())
-        return tuple(addresses)
+        return _gpu_addresses(value)
 
     @field_validator("environment")
     @classmethod
@@ -281,6 +370,43 @@ class ServiceConfig(_Model):
     def model_name(self) -> str:
         return self.served_model_name or self.model.repo.split("/", 1)[1]
 
+    def replica_name(self, index: int) -> str:
+        """Replica 0 keeps the service's own name, so adding replicas never renames the running one."""
+        return self.name if index == 0 else f"{self.name}-r{index}"
+
+    @property
+    def family(self) -> str:
+        """The name of the service that declared this instance."""
+        return self._family or self.name
+
+    @property
+    def replica(self) -> int:
+        return self._replica
+
+    @property
+    def reach_address(self) -> str | None:
+        """The address the gateway reaches this instance at, where the stack gives one."""
+        return self._address
+
+    @property
+    def instances(self) -> tuple["ServiceConfig", ...]:
+        """The engine copies the service runs: itself, or one per replica, each a service of its own name,
+        container, GPUs and port (the gateway stays with the declaring service)."""
+        if not self.replicas:
+            return (self,)
+        copies = []
+        for index, replica in enumerate(self.replicas):
+            copy = self.model_copy(update={
+                "name": self.replica_name(index), "container": replica.container or self.container,
+                "gpus": replica.gpus, "port": replica.port or self.port, "replicas": (), "gateway": None})
+            copy._family, copy._replica, copy._address = self.name, index, replica.address
+            copies.append(copy)
+        return tuple(copies)
+
+    @property
+    def gateway_container(self) -> int:
+        return (self.gateway.container if self.gateway else None) or self.container
+
 
 def _section_path(index: int, field: str = "") -> str:
     return f"{NAMESPACE}:services[{index}]" + (f".{field}" if field else "")
@@ -298,18 +424,52 @@ def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackCon
             add(index, "name", f"{service.name!r} is already declared as services[{names[service.name]}]; names are unique")
         else:
             names[service.name] = index
-    vmids = {c.vmid for c in stack.containers}
     for index, service in services:
-        if service.container not in vmids:
-            add(index, "container", f"container {service.container} is not declared in {NAMESPACE}:containers")
-        else:
-            owned = {g.address for g in stack.container_gpus(service.container)}
-            for position, address in enumerate(service.gpus):
-                if address not in owned:
-                    add(index, f"gpus[{position}]", f"{address} is not one of container {service.container}'s GPUs "
-                        f"({', '.join(sorted(owned)) or 'none'}); give it use: container, container: {service.container}")
-        if len(set(service.gpus)) != len(service.gpus):
-            add(index, "gpus", "lists a GPU twice")
+        for instance in service.instances[1:]:
+            if instance.name in names:
+                add(index, f"replicas[{instance.replica}]", f"is named {instance.name}, which is already "
+                    f"services[{names[instance.name]}]; rename one of the two services")
+    vmids = {c.vmid for c in stack.containers}
+    declared = {g.address: (position, g) for position, g in enumerate(stack.gpus)}
+    for index, service in services:
+        if not service.replicas and not service.gpus:
+            add(index, "gpus", "is required: list the container's GPUs this service uses, or give replicas")
+        if service.replicas and service.gpus:
+            add(index, "gpus", "is set beside replicas: each replica lists its own gpus; remove one of the two")
+        taken: dict[str, int] = {}
+        listening: dict[tuple[int, int], int] = {}
+        for instance in service.instances:
+            where = f"replicas[{instance.replica}]." if service.replicas else ""
+            if instance.container not in vmids:
+                add(index, f"{where}container", f"container {instance.container} is not declared in {NAMESPACE}:containers")
+            else:
+                owned = {g.address for g in stack.container_gpus(instance.container)}
+                for position, address in enumerate(instance.gpus):
+                    if address in owned:
+                        continue
+                    gpu = declared.get(address)
+                    if gpu is not None and gpu[1].use.value == "vfio":
+                        why = (f"{address} is not one of container {instance.container}'s GPUs: it is "
+                               f"gpus[{gpu[0]}], use: vfio, which stays on vfio-pci for the VMs; give the "
+                               f"{'replica' if where else 'service'} a GPU with use: container")
+                    else:
+                        why = (f"{address} is not one of container {instance.container}'s GPUs "
+                               f"({', '.join(sorted(owned)) or 'none'}); give it use: container, "
+                               f"container: {instance.container}")
+                    add(index, f"{where}gpus[{position}]", why)
+            if len(set(instance.gpus)) != len(instance.gpus):
+                add(index, f"{where}gpus", "lists a GPU twice")
+            for position, address in enumerate(dict.fromkeys(instance.gpus)):
+                if address in taken and taken[address] != instance.replica:
+                    add(index, f"{where}gpus[{position}]", f"{address} is already replicas[{taken[address]}]'s; "
+                        "each replica runs on GPUs of its own")
+                taken.setdefault(address, instance.replica)
+            spot = (instance.container, instance.port)
+            if spot in listening:
+                add(index, f"{where}port", f"{instance.port} is already replicas[{listening[spot]}]'s in container "
+                    f"{instance.container}; give each replica in one container a port of its own")
+            listening.setdefault(spot, instance.replica)
+        problems.extend(_gateway_problems(index, service, vmids, secret_keys))
         if service.api_key_secret is not None and service.api_key_secret not in secret_keys:
             add(index, "apiKeySecret", f"{NAMESPACE}:{service.api_key_secret} is not a secret of this stack; "
                 f"`pulumi config set --secret {NAMESPACE}:{service.api_key_secret}`")
@@ -337,11 +497,11 @@ def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackCon
             elif other == service.name:
                 add(index, "sharesWith", "names the service itself")
     downloads: dict[tuple[int, str], tuple[int, str, ModelSpec]] = {}
-    for index, service in services:
-        for field, spec in (("model", service.model), ("speculative.drafter", service.speculative.drafter)):
+    for index, instance in ((i, c) for i, s in services for c in s.instances):
+        for field, spec in (("model", instance.model), ("speculative.drafter", instance.speculative.drafter)):
             if spec is None:
                 continue
-            key = (service.container, spec.path)
+            key = (instance.container, spec.path)
             if key not in downloads:
                 downloads[key] = (index, field, spec)
                 continue
@@ -350,6 +510,44 @@ def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackCon
                 add(index, f"{field}.localDir", f"{spec.path} is also services[{first_index}].{first_field}'s "
                     f"directory with {first.repo}@{first.revision}; one directory holds one download: give "
                     "the same repo, revision and deleteOnDestroy, or another localDir")
+    return problems
+
+
+def _gateway_problems(index: int, service: ServiceConfig, vmids: set[int], secret_keys: set[str]) -> list[Problem]:
+    gateway = service.gateway
+    if gateway is None:
+        return []
+    problems: list[Problem] = []
+
+    def add(field: str, message: str) -> None:
+        problems.append(Problem(path=_section_path(index, field), message=message))
+
+    home = service.gateway_container
+    if home not in vmids:
+        add("gateway.container", f"container {home} is not declared in {NAMESPACE}:containers")
+    if not service.enabled:
+        add("gateway", "fronts a service installed stopped (enabled: false), which has no replica to route to; "
+            "enable the service or remove gateway")
+    key = gateway.api_key_secret or service.api_key_secret
+    if gateway.api_key_secret is not None and gateway.api_key_secret not in secret_keys:
+        add("gateway.apiKeySecret", f"{NAMESPACE}:{gateway.api_key_secret} is not a secret of this stack; "
+            f"`pulumi config set --secret {NAMESPACE}:{gateway.api_key_secret}`")
+    if key is None:
+        add("gateway.apiKeySecret", "is required: the gateway's API is a way into the replicas and into its own "
+            "worker management; name a secret stack key here or as the service's apiKeySecret")
+    for instance in service.instances:
+        where = f"replicas[{instance.replica}]." if service.replicas else ""
+        if instance.container == home:
+            if instance.port == gateway.port and (gateway.bind == service.bind or "0.0.0.0" in (gateway.bind, service.bind)):
+                add("gateway.port", f"{gateway.port} is also the port of {instance.name} in container {home}; give "
+                    "the gateway a port of its own")
+            continue
+        if instance.reach_address is None:
+            add(f"{where}address", f"is required: the replica runs in container {instance.container} and the "
+                f"gateway in container {home}; give the address the gateway reaches it at")
+        if service.bind == "127.0.0.1":
+            add("bind", f"is 127.0.0.1 while {instance.name} runs outside the gateway's container {home}, which "
+                "could not reach it; bind 0.0.0.0 (or the container's address)")
     return problems
 
 
@@ -382,6 +580,9 @@ def referenced_secrets(raw_services: Any) -> set[str]:
             continue
         if isinstance(entry.get("apiKeySecret"), str):
             names.add(entry["apiKeySecret"])
+        gateway = entry.get("gateway")
+        if isinstance(gateway, dict) and isinstance(gateway.get("apiKeySecret"), str):
+            names.add(gateway["apiKeySecret"])
         drafter = ((entry.get("speculative") or {}) if isinstance(entry.get("speculative"), dict) else {}).get("drafter")
         if isinstance(drafter, dict) and drafter.get("gated") is True:
             names.add("hfToken")

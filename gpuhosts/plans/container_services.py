@@ -22,6 +22,16 @@ from gpuhosts.plans.benchmark import benchmark_key, patch_text, plan_benchmark, 
 from gpuhosts.plans.container_userspace import userspace_key
 from gpuhosts.plans.ddtree_reference import plan_ddtree_checkout
 from gpuhosts.plans.engine_install import plan_engine_install
+from gpuhosts.plans.gateway import (
+    admit_key,
+    drain_key,
+    gateway_key,
+    gateway_name,
+    plan_admit,
+    plan_drain,
+    plan_gateway,
+    plan_gateway_env,
+)
 from gpuhosts.plans.deploy_gate import gate_key, plan_deploy_gate
 from gpuhosts.plans.inference_service import plan_inference_service, service_key
 from gpuhosts.plans.lxc_gpu_passthrough import devices_key
@@ -50,6 +60,22 @@ def benchmark_at(bench: BenchmarkConfig) -> GroupPath:
     return container_at(bench.container) + (("BenchmarkStack", bench.name),)
 
 
+def gateway_at(service: ServiceConfig) -> GroupPath:
+    return container_at(service.gateway_container) + (("ModelGateway", gateway_name(service)),)
+
+
+def rollout_after(config: StackConfig, instance: ServiceConfig) -> str | None:
+    """What a replica's first step waits for: the previous replica back in the gateway (or past its deploy gate,
+    without a gateway), so that a change goes through the replicas one at a time; replica 0 waits for the gateway."""
+    family = next(s for s in config.services if s.name == instance.family)
+    if instance.replica == 0:
+        return gateway_key(family) if family.gateway is not None else None
+    previous = family.instances[instance.replica - 1]
+    if family.gateway is not None:
+        return admit_key(family, previous)
+    return gate_key(previous) if previous.enabled else None
+
+
 def stopped_before(services: list[ServiceConfig], service: ServiceConfig) -> list[ServiceConfig]:
     """The stopped services that share GPUs or a port with `service` (a running one)."""
     if not service.enabled:
@@ -71,7 +97,20 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
         last_restart = model_store_key(vmid)
     # Each service's driver, resolved once: its install, its unit and its gate read it.
     drivers = {s.name: driver_for(s.engine) for s in services}
-    envs = {s.name: replace(plan_engine_install(s, drivers[s.name], (last_restart,)), group=service_at(s))
+    # The gateways this container runs, before the replicas they front.
+    fronted = {s.name: s for s in config.services if s.gateway is not None}
+    for family in fronted.values():
+        if family.gateway_container == vmid:
+            env = replace(plan_gateway_env(family, (last_restart,)), group=gateway_at(family))
+            units += [env, replace(plan_gateway(family, (env.key,)), group=gateway_at(family))]
+    # A replica's environment waits for its turn in the rollout (its drain, with a gateway): it is rewritten in
+    # place under a running engine otherwise.
+    first_step: dict[str, tuple[str, ...]] = {}
+    for s in services:
+        after = rollout_after(config, s)
+        first_step[s.name] = (drain_key(fronted[s.family], s),) if s.family in fronted else ((after,) if after else ())
+    envs = {s.name: replace(plan_engine_install(s, drivers[s.name], (last_restart, *first_step[s.name])),
+                            group=service_at(s))
             for s in services}
     units += envs.values()
     downloads: dict[str, list[str]] = {}
@@ -101,8 +140,16 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
         service_units[service.name] = replace(
             plan_inference_service(service, config, tuple(needs), drivers[service.name]), group=service_at(service))
     units += service_units.values()
-    units += [replace(plan_deploy_gate(s, service_units[s.name], drivers[s.name]), group=service_at(s))
-              for s in services if s.enabled]
+    gates = {s.name: replace(plan_deploy_gate(s, service_units[s.name], drivers[s.name]), group=service_at(s))
+             for s in services if s.enabled}
+    units += gates.values()
+    for s in services:
+        if s.family not in fronted:
+            continue
+        family, steps = fronted[s.family], (envs[s.name], service_units[s.name])
+        after = rollout_after(config, s)
+        units += [replace(plan_drain(family, s, steps, (after,) if after else ()), group=service_at(s)),
+                  replace(plan_admit(family, s, steps, (gates[s.name].key, gateway_key(family))), group=service_at(s))]
     for bench in config.benchmarks_in(vmid):
         extra: tuple[str, ...] = ()
         if bench.ddtree is not None:
