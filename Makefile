@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines
+.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines gpu-trainer
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -60,6 +60,18 @@ VERIFY_PYTHON ?= $(shell for p in $$(command -v python3.12) $$HOME/.pyenv/versio
 verify-engines: $(VENV)/.synced
 	@test -n "$(VERIFY_PYTHON)" || { echo "verify-engines needs Python 3.12: set VERIFY_PYTHON=/path/to/python3.12"; exit 2; }
 	$(VENV)/bin/python tests/verify_engines/run.py --python "$(VERIFY_PYTHON)" --uv $(UV)
+
+# The trainer for real on one GPU (tests/gpu/trainer_run.py; docs/training-node.md, "The trainer on a GPU"): here,
+# the trainer stack scaled and rendered into build/gpu-trainer with speculators' scripts (SPECULATORS_GIT: a clone of
+# vllm-project/speculators) and the wheels of tests/gpu/trainer-wheels.txt into .whl/; then, on a machine with a GPU
+# and torch, as root: python3 tests/gpu/trainer_run.py --bundle build/gpu-trainer --wheels .whl --out OUT
+SPECULATORS_GIT ?= ../speculators/.git
+gpu-trainer: $(VENV)/.synced
+	$(VENV)/bin/python tests/gpu/trainer_bundle.py --speculators "$(SPECULATORS_GIT)" --out build/gpu-trainer
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .whl -r tests/gpu/trainer-wheels.txt
+	@echo "on the GPU machine: python3 tests/gpu/trainer_run.py --bundle build/gpu-trainer --wheels .whl --out OUT"
 
 bench: $(VENV)/.synced
 	$(VENV)/bin/python -m gpuhosts.bench
