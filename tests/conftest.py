@@ -61,6 +61,7 @@ def kpro5() -> dict:
 # them out and keeps, per unit kind, its plan and at least one converge on the simulated host (docs/testing.md).
 # A module named here is full whole; "module::test" names one test (all its parameters).
 FULL_TIER = {
+    "test_alerts_end_to_end.py": "a real Prometheus and Alertmanager started and an alert carried to a webhook",
     "lifecycle/test_faults.py": "a cut at every unit of an up, over SSH",
     "lifecycle/test_drift.py": "every drift case shown and repaired over SSH",
     "lifecycle/test_decommission.py": "kpro6's destroy and a migration, over SSH",
