@@ -214,9 +214,11 @@ def _engine_rules(engine: EngineWatch, host: dict[str, str], cat: Catalog) -> li
     release = cat.release(engine.exporter, engine.release).metrics
     sel = _sel(job=_job("engines"), **host, service=engine.service)
     itl = release["inter_token_latency"].name
-    # Per-stream decode speed, the gate's measure: tokens per second of one request's stream is 1 / inter-token
-    # latency, so over a window the tokens observed (count) over the time they took (sum). Without traffic the
-    # quotient is empty and nothing fires.
+    # Per-stream decode speed, the gate's measure: over a window the tokens observed (count) over the time they
+    # took (sum). Both engines count one observation per token: vLLM 0.26.0 observes each token's latency
+    # (loggers.py record, inter_token_latencies_iter); SGLang 0.5.11 adds a chunk's interval to the sum and its
+    # token count to the buckets (metrics_collector.py observe_inter_token_latency). Without traffic the quotient
+    # is empty and nothing fires.
     decode = f"sum(rate({itl}_count{sel}[{RATE_WINDOW}])) / sum(rate({itl}_sum{sel}[{RATE_WINDOW}]))"
     rules = [_rule(
         "GpuhostsDecodeSlow", f"{decode} < {engine.min_decode_tokens_per_s:g}", SUSTAINED, "warning",
