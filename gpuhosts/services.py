@@ -319,7 +319,7 @@ class ServiceConfig(_Model):
     gate: GateSpec = Field(GateSpec(), description="Post-deploy thresholds.")
     replicas: tuple[ReplicaSpec, ...] = Field(
         (), description="Copies of the engine, each on GPUs of its own, in this container or others; a change goes "
-                        "through them one at a time. Default one, on the service's own gpus and port.")
+                        "through them one at a time. Without it, the service is one instance on its own gpus and port.")
     gateway: GatewaySpec | None = Field(None, description="A model gateway in front of the replicas. Default none.")
 
     # Set on the copies `instances` makes: the declaring service's name and the replica's index and address.
