@@ -1,6 +1,7 @@
 """gpuhosts: the stack's desired GPU hosts. The logic lives in gpuhosts/plans/ (pure) and components/ (Pulumi resources); this file only wires config to them.
 
-A stack declares either a Proxmox VE host (`gpuhosts:host` …) or a training node (`gpuhosts:node`, `gpuhosts:training`).
+A stack declares either a Proxmox VE host (`gpuhosts:host` …), several of them (`gpuhosts:hosts`), or a training node
+(`gpuhosts:node`, `gpuhosts:training`).
 """
 
 import pulumi
@@ -68,6 +69,25 @@ if validated(lambda raw, _secrets, _others: stack_kind(raw), everything, set(), 
     secrets = {name: settings.require_secret(name) for name in sorted(secret_keys)}
     node = TrainingNode(trainer, secrets)
     pulumi.export("desired", {"training": node.summary})
+elif everything.get("hosts") is not None:
+    from components.proxmox_host import ProxmoxHost
+    from gpuhosts.fleet import FLEET_SECTIONS, referenced_fleet_secrets, validate_fleet
+    from gpuhosts.plans.proxmox_host import summarize_host
+
+    raw = {**{key: None for key in FLEET_SECTIONS}, **everything}
+    secret_keys = secret_keys_among(set(everything) | {"sshPrivateKey"} | referenced_fleet_secrets(raw["hosts"]))
+    fleet = validated(validate_fleet, raw, secret_keys, others)
+    for warning in fleet.warnings():
+        pulumi.log.warn(warning)
+    secrets = {name: settings.require_secret(name) for name in sorted(secret_keys)}
+    # Each host is a tree of its own, its names prefixed with its own; the outputs are keyed by host.
+    hosts = {entry.name: (entry, ProxmoxHost(entry.config, secrets, prefix=entry.prefix,
+                                             adopt_one_host=entry.migrated_from_host))
+             for entry in fleet.hosts}
+    pulumi.export("rebootRequired", {name: host.reboot_required for name, (_, host) in hosts.items()})
+    pulumi.export("desired", {name: summarize_host(entry.config) for name, (entry, _) in hosts.items()})
+    pulumi.export("services", {name: host.service_outputs for name, (_, host) in hosts.items()})
+    pulumi.export("benchmarks", {name: host.benchmark_outputs for name, (_, host) in hosts.items()})
 else:
     from components.proxmox_host import ProxmoxHost
     from gpuhosts.benchmarks import referenced_benchmark_secrets

@@ -7,6 +7,10 @@ resource owns (gpuhosts/provider.py). No resource is created inside an `apply`: 
 
 Every unit resource carries an alias to the URN it had when all units were `pulumi-python:dynamic:Resource` directly
 under the host's component, so a stack converged then keeps every resource.
+
+In a stack of several hosts every name begins with the host's (`prefix`, `kpro5/`): a URN holds its parents' types
+but not their names, so two hosts' `vfio-binding` would otherwise be one URN. The host that was a one-host stack's
+(`adopt_one_host`) carries aliases to its unprefixed names as well, so that move creates and deletes nothing.
 """
 
 from __future__ import annotations
@@ -91,26 +95,30 @@ def target_of(ssh) -> dict[str, Any]:
 
 
 def materialize(graph: UnitGraph, root: pulumi.Resource, module: str, target: dict[str, Any],
-                secrets: dict[str, pulumi.Input[str]]) -> tuple[dict[str, HostUnit], dict[GroupPath, UnitGroup]]:
+                secrets: dict[str, pulumi.Input[str]], prefix: str = "",
+                adopt_one_host: bool = False) -> tuple[dict[str, HostUnit], dict[GroupPath, UnitGroup]]:
     """The units' resources by key and the groups' components by path; a group's type is
     `gpuhosts:<module>:<kind>`, as the root's is."""
     groups: dict[GroupPath, UnitGroup] = {}
     for path in graph.components():
         kind, name = path[-1]
         parent = groups[path[:-1]] if len(path) > 1 else root
-        groups[path] = GROUP_TYPES.get(kind, UnitGroup)(f"gpuhosts:{module}:{kind}", name,
-                                                        pulumi.ResourceOptions(parent=parent))
+        aliases = [pulumi.Alias(name=name)] if prefix and adopt_one_host else []
+        groups[path] = GROUP_TYPES.get(kind, UnitGroup)(f"gpuhosts:{module}:{kind}", prefix + name,
+                                                        pulumi.ResourceOptions(parent=parent, aliases=aliases))
     resources: dict[str, HostUnit] = {}
     for unit in graph.apply_order:
         digest = None
         if unit.stdin_secret is not None:
             digest = pulumi.Output.secret(secrets[unit.stdin_secret]).apply(
                 lambda value, key=unit.key: secret_digest(key, value))
+        aliases = [pulumi.Alias(type_=FLAT_UNIT_TYPE, parent=root)]
+        if prefix and adopt_one_host:
+            aliases = [pulumi.Alias(name=unit.key), pulumi.Alias(name=unit.key, type_=FLAT_UNIT_TYPE, parent=root)]
         resources[unit.key] = unit_type(unit.kind)(
-            unit.key, unit_inputs(unit, target, digest),
+            prefix + unit.key, unit_inputs(unit, target, digest),
             pulumi.ResourceOptions(parent=groups[unit.group] if unit.group else root,
-                                   depends_on=[resources[need] for need in unit.needs],
-                                   aliases=[pulumi.Alias(type_=FLAT_UNIT_TYPE, parent=root)]))
+                                   depends_on=[resources[need] for need in unit.needs], aliases=aliases))
     for path, component in groups.items():
         declared = graph.groups.get(path)
         component.publish({name: resources[value.unit].report if isinstance(value, Report)

@@ -12,11 +12,14 @@ from gpuhosts.plans.proxmox_host import plan_host
 
 class ProxmoxHost(pulumi.ComponentResource):
     def __init__(self, config: StackConfig, secrets: dict[str, pulumi.Input[str]] | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 opts: pulumi.ResourceOptions | None = None, *, prefix: str = "", adopt_one_host: bool = False):
+        """`prefix` begins the names of the host's resources in a stack of several hosts (gpuhosts/fleet.py);
+        `adopt_one_host` gives them aliases to the names they had when the stack held this host alone."""
         name = config.host.name
         super().__init__("gpuhosts:host:ProxmoxHost", name, None, opts)
         graph = plan_host(config)
-        self.units, self.groups = materialize(graph, self, "host", target_of(config.host.ssh), secrets or {})
+        self.units, self.groups = materialize(graph, self, "host", target_of(config.host.ssh), secrets or {},
+                                              prefix, adopt_one_host)
         self.reboot_required = pulumi.Output.all(*(u.rebootRequired for u in self.units.values())).apply(
             lambda flags: any(bool(flag) for flag in flags))
         # Per service: where it listens and, for a running one, what its deploy gate measured.

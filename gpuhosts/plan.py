@@ -19,6 +19,7 @@ import yaml
 
 from gpuhosts.benchmarks import referenced_benchmark_secrets
 from gpuhosts.config import NAMESPACE, ConfigError, Problem, StackKind, stack_kind
+from gpuhosts.fleet import NAME_SEPARATOR, is_fleet, referenced_fleet_secrets, validate_fleet
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.resource_tree import render_tree
@@ -171,7 +172,7 @@ def stand_in_secrets(values: dict[str, Any], secure: set[str]) -> tuple[dict[str
     warning per stand-in. A stack file cannot carry a placeholder `secure:` value (the CLI would fail to decrypt
     it), so secrets set only at deploy time are declared by being named (sshPrivateKey, apiKeySecret, hfToken)."""
     needed = ({"sshPrivateKey"} | referenced_secrets(values.get("services")) | referenced_training_secrets(values.get("training"))
-              | referenced_benchmark_secrets(values.get("benchmarks")))
+              | referenced_benchmark_secrets(values.get("benchmarks")) | referenced_fleet_secrets(values.get("hosts")))
     missing = sorted(needed - set(values))
     warnings = [f"{NAMESPACE}:{name} is not set in the stack file; the plan stands in for it and `pulumi up` needs it: "
                 f"pulumi config set --secret {NAMESPACE}:{name}" for name in missing]
@@ -288,16 +289,27 @@ def load_stack(values: dict[str, Any], secure: set[str], other_keys=()):
     return config.host.name, plan_host(config), config.warnings()
 
 
-def check_materialized(graph, resources: list[Recorded]) -> None:
-    """The program registered one host unit per unit of the graph, waiting for exactly what the unit needs."""
-    units = {r.urn: r for r in resources if is_host_unit(r.type)}
-    by_name = {r.name: r for r in units.values()}
+def load_hosts(values: dict[str, Any], secure: set[str], other_keys=()) -> tuple[list[tuple[str, Any, str]], list[str]]:
+    """Each host of a stack — its name, its unit graph, and what its resources' names begin with (empty for a stack
+    of one host) — and the stack's warnings."""
+    if stack_kind(values) is StackKind.PROXMOX and is_fleet(values):
+        fleet = validate_fleet(values, secure, other_keys)
+        return [(host.name, plan_host(host.config), host.prefix) for host in fleet.hosts], fleet.warnings()
+    host, graph, warnings = load_stack(values, secure, other_keys)
+    return [(host, graph, "")], warnings
+
+
+def check_materialized(graph, resources: list[Recorded], prefix: str = "") -> None:
+    """The program registered one host unit per unit of the graph, waiting for exactly what the unit needs; in a
+    stack of several hosts, those whose names begin with the host's `prefix`."""
+    units = {r.urn: r for r in resources if is_host_unit(r.type) and r.name.startswith(prefix)}
+    by_name = {r.name[len(prefix):]: r for r in units.values()}
     if set(by_name) != set(graph.units):
         raise PlanError(f"the program's host units {sorted(by_name)} differ from the plan's {sorted(graph.units)}")
     by_urn = {r.urn: r for r in resources}
     for unit in graph:
         resource = by_name[unit.key]
-        waits = {units[urn].name for urn in resource.dependencies if urn in units}
+        waits = {units[urn].name[len(prefix):] for urn in resource.dependencies if urn in units}
         if waits != set(unit.needs):
             raise PlanError(f"{unit.key} waits for {sorted(waits)} in the program but needs {sorted(unit.needs)}")
         if resource.type != UNIT_TYPE.format(kind=unit.kind):
@@ -305,7 +317,7 @@ def check_materialized(graph, resources: list[Recorded]) -> None:
         # Up the tree, the components the plan puts the unit in, innermost first, then the host's.
         parent = by_urn.get(resource.parent)
         for kind, name in reversed(unit.group):
-            if parent is None or (parent.type.rsplit(":", 1)[-1], parent.name) != (kind, name):
+            if parent is None or (parent.type.rsplit(":", 1)[-1], parent.name) != (kind, prefix + name):
                 raise PlanError(f"{unit.key} is not under the {kind} {name} of the plan in the program")
             parent = by_urn.get(parent.parent)
         if parent is None or is_host_unit(parent.type) or by_urn.get(parent.parent) is not None:
@@ -316,9 +328,12 @@ def _resource_view(r: Recorded) -> dict[str, Any]:
     """A resource as resources.json shows it: scripts by reference (they are under commands/), not inline."""
     inputs = dict(r.inputs)
     if is_host_unit(r.type):
+        host, separator, unit = r.name.rpartition(NAME_SEPARATOR)
+        # A host of several has its commands in its own folder (hosts/<host>/commands/<unit>).
+        folder = f"hosts/{host}/commands/{unit}" if separator else f"commands/{r.name}"
         for name in SCRIPTS:
             if isinstance(inputs.get(name), str):
-                inputs[name] = f"[commands/{r.name}/{name}.sh sha256:{_sha(inputs[name])}]"
+                inputs[name] = f"[{folder}/{name}.sh sha256:{_sha(inputs[name])}]"
         if isinstance(inputs.get("__provider"), str):
             inputs["__provider"] = f"[pickled gpuhosts.provider.HostUnitProvider sha256:{_sha(inputs['__provider'])}]"
     return {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent, "dependencies": r.dependencies,
@@ -357,57 +372,65 @@ def check_out(out: Path) -> None:
                         "folder whole, so give an empty or new folder")
 
 
+def _write_host(host_dir: Path, graph, versions: dict[str, str]) -> None:
+    """A host's folder of the plan: the files its units install, and each unit's scripts and record."""
+    for container, file in graph.files():
+        base = host_dir if container is None else host_dir / "containers" / str(container)
+        target = base / file.path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(file.content)
+        target.chmod(int(file.mode, 8))
+    for index, unit in enumerate(graph.apply_order, start=1):
+        folder = host_dir / "commands" / unit.key
+        folder.mkdir(parents=True)
+        for name in SCRIPTS:
+            text = getattr(unit, name)
+            (folder / f"{name}.sh").write_text(text if text.endswith("\n") else text + "\n")
+        _dump(folder / "unit.json", {
+            "kind": unit.kind,
+            "applyOrder": index,
+            "needs": list(unit.needs),
+            "neededBy": graph.needed_by(unit.key),
+            "desired": unit.desired,
+            # Which secret travels on stdin, by name; its value is never in the plan.
+            "stdin": f"[secret {NAMESPACE}:{unit.stdin_secret}]" if unit.stdin_secret else None,
+            # A keyed digest of the secret's encrypted stack-file value: a rotation shows, the value never does.
+            "stdinVersion": versions.get(unit.stdin_secret) if unit.stdin_secret else None,
+            "undoes": unit.undoes,
+            "effects": {"rebootOn": list(unit.reboot_on), "restartsContainer": unit.restarts,
+                        "restartAllowed": unit.restart_allowed},
+        })
+    _dump(host_dir / "graph.json", {"waves": graph.waves(), "teardownOrder": [u.key for u in graph.teardown_order]})
+
+
 def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> dict[str, Any]:
     """Validate, run the program, and write the plan into `out` (replaced whole; untouched on any error)."""
     check_out(out)
     other_keys: list[str] = []
     values, secure, secret_warnings = stand_in_secrets(*read_stack_file(stack_file, other_keys))
-    host, graph, stack_warnings = load_stack(values, secure, other_keys)
+    hosts, stack_warnings = load_hosts(values, secure, other_keys)
     run = run_program(project_root, stack, values, secure)
-    check_materialized(graph, run.resources)
+    for _host, graph, prefix in hosts:
+        check_materialized(graph, run.resources, prefix)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         resources = sorted(run.resources, key=lambda r: r.urn)
         _dump(staging / "resources.json", [_resource_view(r) for r in resources])
-        rank = {unit.key: index for index, unit in enumerate(graph.apply_order)}
+        rank = {prefix + unit.key: index for _host, graph, prefix in hosts
+                for index, unit in enumerate(graph.apply_order)}
         (staging / "tree.txt").write_text(render_tree(run.stack_urn, resources, rank))
-
-        host_dir = staging / "hosts" / host
-        for container, file in graph.files():
-            base = host_dir if container is None else host_dir / "containers" / str(container)
-            target = base / file.path.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(file.content)
-            target.chmod(int(file.mode, 8))
         versions = secret_versions(stack_file)
-        for index, unit in enumerate(graph.apply_order, start=1):
-            folder = host_dir / "commands" / unit.key
-            folder.mkdir(parents=True)
-            for name in SCRIPTS:
-                text = getattr(unit, name)
-                (folder / f"{name}.sh").write_text(text if text.endswith("\n") else text + "\n")
-            _dump(folder / "unit.json", {
-                "kind": unit.kind,
-                "applyOrder": index,
-                "needs": list(unit.needs),
-                "neededBy": graph.needed_by(unit.key),
-                "desired": unit.desired,
-                # Which secret travels on stdin, by name; its value is never in the plan.
-                "stdin": f"[secret {NAMESPACE}:{unit.stdin_secret}]" if unit.stdin_secret else None,
-                # A keyed digest of the secret's encrypted stack-file value: a rotation shows, the value never does.
-                "stdinVersion": versions.get(unit.stdin_secret) if unit.stdin_secret else None,
-                "undoes": unit.undoes,
-                "effects": {"rebootOn": list(unit.reboot_on), "restartsContainer": unit.restarts,
-                            "restartAllowed": unit.restart_allowed},
-            })
-        _dump(host_dir / "graph.json", {"waves": graph.waves(), "teardownOrder": [u.key for u in graph.teardown_order]})
+        for host, graph, _prefix in hosts:
+            _write_host(staging / "hosts" / host, graph, versions)
 
         desired = run.outputs.get("desired")
         if desired is None:
             raise PlanError("the program exported no 'desired' output")
-        summary = {"stack": stack, "hosts": {host: desired}, "warnings": secret_warnings + stack_warnings}
+        # A stack of several hosts exports its desired state per host already.
+        by_host = desired if hosts[0][2] else {hosts[0][0]: desired}
+        summary = {"stack": stack, "hosts": by_host, "warnings": secret_warnings + stack_warnings}
         _dump(staging / "summary.json", summary)
 
         if SECRET_PLACEHOLDER in "".join(p.read_text() for p in staging.rglob("*") if p.is_file()):

@@ -19,11 +19,22 @@ resource, so a rename or replacement (create the new, then delete the old) leave
 
 The class lives in this importable module and holds no state of its own: dill pickles it by reference, and every
 resource shares one provider instance, one configuration and one connection per host in the provider process.
+
+In a stack of several hosts (`gpuhosts:hosts`) a host that cannot be reached fails alone. The engine runs every
+refresh step even when some fail, then stops the whole update before its first step (pulumi
+pkg/resource/deploy/deployment_executor.go `refresh`: `newStepExecutor(…, true /*ignoreErrors*/)`, then "step
+executor errored"), so one host that is down would hold back every other. A read that cannot reach its host
+therefore reports each declared fact as not read, naming the host (`kpro9 (root@10.0.0.9:22) …`): the diff shows
+that host's units as changes, the update runs them, and they fail at once on the connection the pool already
+found unreachable, each naming its host; under `pulumi up --continue-on-error` the other hosts' steps all run.
+The host's name comes from the stack's own config (`configure()` receives `gpuhosts:hosts`), not from the units'
+inputs, so renaming a host still changes no input. A stack of one host keeps the strict read: its refresh fails.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import time
@@ -46,6 +57,8 @@ INPUT_KEYS = ("host", "unit", "kind", "ensure", "teardown", "probe", "facts", "s
 OBSERVATION = "observed: "
 # What a refresh stores for a declared fact the probe did not print.
 NOT_REPORTED = "not reported"
+# What a refresh of a stack of several hosts stores for a declared fact of a host it could not reach.
+NOT_READ = "not read: "
 # After a reboot the host is dialled again until another boot id answers.
 REBOOT_SETTLE_S = 20.0
 REBOOT_WAIT_S = 900.0
@@ -147,7 +160,11 @@ class HostUnitProvider(ResourceProvider):
         self._apply(resource_id, props, "teardown")
 
     def read(self, resource_id: str, props: dict[str, Any]) -> ReadResult:
-        facts, observations = refreshed_facts(props.get("facts") or {}, self.observe(props), props.get("unit", ""),
+        try:
+            observed = self.observe(props)
+        except HostNotRead as error:
+            return self._not_read(resource_id, props, str(error))
+        facts, observations = refreshed_facts(props.get("facts") or {}, observed, props.get("unit", ""),
                                               _config_value)
         inputs = {key: props.get(key) for key in INPUT_KEYS}
         inputs["facts"] = facts
@@ -155,12 +172,25 @@ class HostUnitProvider(ResourceProvider):
         outs = {**props, "facts": facts, "observed": observations or None}
         return ReadResult(resource_id, outs=outs, inputs=inputs)
 
+    @staticmethod
+    def _not_read(resource_id: str, props: dict[str, Any], why: str) -> ReadResult:
+        """The unit of a host of several that the refresh could not reach: each declared fact says so, so the unit
+        is a change whose update fails naming the host, and the other hosts go on."""
+        facts = {name: NOT_READ + why for name in props.get("facts") or {}}
+        inputs = {key: props.get(key) for key in INPUT_KEYS}
+        inputs.update(facts=facts, rebootRequired=None, report=None)
+        return ReadResult(resource_id, outs={**props, "facts": facts, "observed": {"host": NOT_READ + why}},
+                          inputs=inputs)
+
     # --- the work ---------------------------------------------------------------------------------------------
     def observe(self, props: dict[str, Any]) -> dict[str, Any]:
         connection = self._connection(props)
         try:
             return probe(connection, props, self._failure)
         except SshError as error:
+            if isinstance(error, (Unreachable, ConnectionDropped)) and fleet_hosts():
+                raise HostNotRead(f"{host_label(props)} could not be reached ({error}); its units were not read") \
+                    from None
             raise self._unreachable(props, "probe", error) from None
 
     def _apply(self, resource_id: str, props: dict[str, Any], operation: str) -> protocol.Result:
@@ -198,6 +228,18 @@ class HostUnitProvider(ResourceProvider):
 
     @staticmethod
     def _unreachable(props: dict[str, Any], operation: str, error: SshError) -> Exception:
+        if fleet_hosts() and isinstance(error, Unreachable) and not isinstance(error, (HostKeyChanged, KeyRefused)):
+            # Which host, by its name in the stack: the unit's key alone is on every host.
+            name = host_name(props)
+            return UnitFailed(f"{name}/{props['unit']}: {operation}: {error}. Only {name}'s units stop: "
+                              "`pulumi up --continue-on-error` converges the other hosts meanwhile")
+        failed = HostUnitProvider._unreachable_words(props, operation, error)
+        if isinstance(failed, UnitFailed) and fleet_hosts():
+            return UnitFailed(f"{host_name(props)}/{failed}")
+        return failed
+
+    @staticmethod
+    def _unreachable_words(props: dict[str, Any], operation: str, error: SshError) -> Exception:
         if isinstance(error, ConnectionDropped):
             return UnitFailed(f"{props['unit']}: {operation}: the connection dropped mid-command ({error}); "
                               "run `pulumi up` again: every unit converges from where it stopped")
@@ -223,7 +265,8 @@ class HostUnitProvider(ResourceProvider):
         try:
             return _POOL.get(Target.from_inputs(props["host"]), key, dial_attempts=dial_attempts())
         except SshError as error:
-            raise UnitFailed(f"{props['unit']}: {error}") from None
+            unit = f"{host_name(props)}/{props['unit']}" if fleet_hosts() else props["unit"]
+            raise UnitFailed(f"{unit}: {error}") from None
 
     def _await_reboot(self, props: dict[str, Any], old_boot_id: str) -> None:
         connection = self._connection(props)
@@ -260,6 +303,38 @@ class HostUnitProvider(ResourceProvider):
 
 
 _CONFIG: dict[str, Any] = {}
+
+
+class HostNotRead(RuntimeError):
+    """A refresh could not reach a host of several (see the module's words on failing alone)."""
+
+
+def fleet_hosts() -> dict[tuple[str, int, str], str]:
+    """The hosts of a stack of several, by SSH target (address, port, user) to name, from the stack's config; empty
+    for a stack of one host. The config was validated by the program before any resource reached this provider."""
+    text = _CONFIG.get(f"{NAMESPACE}:hosts")
+    try:
+        entries = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return {}
+    found = {}
+    for entry in entries if isinstance(entries, list) else []:
+        ssh = entry.get("ssh") if isinstance(entry, dict) else None
+        if isinstance(ssh, dict) and isinstance(entry.get("name"), str):
+            found[(str(ssh.get("host")), int(ssh.get("port", 22)), str(ssh.get("user", "root")))] = entry["name"]
+    return found
+
+
+def host_name(props: dict[str, Any]) -> str:
+    target = props.get("host") or {}
+    key = (str(target.get("address")), int(target.get("port", 22)), str(target.get("user", "root")))
+    return fleet_hosts().get(key, f"{key[2]}@{key[0]}:{key[1]}")
+
+
+def host_label(props: dict[str, Any]) -> str:
+    """A host as an error names it: its name in the stack and where it was dialled."""
+    target = props.get("host") or {}
+    return f"{host_name(props)} ({target.get('user')}@{target.get('address')}:{target.get('port')})"
 
 
 def _log(line: str) -> None:

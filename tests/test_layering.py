@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "gpuhosts.compat_data", "gpuhosts.config", "gpuhosts.services", "gpuhosts.training", "gpuhosts.units",
               "gpuhosts.facts", "gpuhosts.locks", "gpuhosts.envspec", "gpuhosts.resource_tree", "gpuhosts.metrics")),
     ("engines", ("gpuhosts.engines.*",)),
-    ("checks", ("gpuhosts.compat", "gpuhosts.benchmarks", "gpuhosts.stacks", "gpuhosts.observability")),
+    ("checks", ("gpuhosts.compat", "gpuhosts.benchmarks", "gpuhosts.stacks", "gpuhosts.fleet", "gpuhosts.observability")),
     ("plans", ("gpuhosts.plans.*",)),
     ("front", ("gpuhosts.plan", "gpuhosts.cli", "gpuhosts.check", "gpuhosts.diff", "gpuhosts.lock_tool",
                "gpuhosts.bench", "gpuhosts.bench_cli", "gpuhosts.schema_doc", "gpuhosts.provider")),

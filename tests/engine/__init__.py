@@ -31,7 +31,10 @@ and is spoken to over gRPC: Configure, Check, Diff, Create, Read, Update, Delete
   at a time (`futures.ThreadPoolExecutor(max_workers=4)`);
 * a replaced resource is created first and its old self deleted at the end (`delete-replaced`), as are resources
   gone from the program: in reverse dependency levels, a level in parallel (pkg/resource/deploy/step_executor.go);
-* a failed step stops the scheduling of new steps; the steps in flight finish and are recorded.
+* a failed step stops the scheduling of new steps; the steps in flight finish and are recorded; under
+  `--continue-on-error` only the steps that depend on a failed one are skipped, every other runs, and the update
+  still fails naming each failed step (pkg/resource/deploy/step_executor.go: `continueOnError`, and the blog post
+  "Continue on Error in the Pulumi CLI", 2024-05-09).
 
 Host units are the dynamic resources (`pulumi-python:dynamic…`: one type per unit kind, `…:Resource` before); the
 others are components, which only the state records. State is JSON: per URN the type, name, parent, dependencies,
@@ -307,19 +310,19 @@ class Engine:
             self._stop()
 
     def up(self, program: list[dict[str, Any]], refresh: bool = True, targets: list[str] | None = None,
-           replace: list[str] = (), skip_preview: bool = False) -> list[Op]:
+           replace: list[str] = (), skip_preview: bool = False, continue_on_error: bool = False) -> list[Op]:
         """`pulumi up --yes`: its preview, then the update; `targets`: `--target` (only those, refreshed and
-        applied), `replace`: `--replace` (those replaced, create first), `skip_preview`: `--skip-preview`. The ops
-        are the preview's reads and the update's."""
+        applied), `replace`: `--replace` (those replaced, create first), `skip_preview`: `--skip-preview`,
+        `continue_on_error`: `--continue-on-error`. The ops are the preview's reads and the update's."""
         self._check_targets(program, targets)
         first = len(self.ops)
         with self._this_run(first):
             if not skip_preview:
                 self.preview(program, refresh=refresh, targets=targets)
-            return self._update(program, refresh, targets, replace, first)
+            return self._update(program, refresh, targets, replace, first, continue_on_error)
 
     def _update(self, program: list[dict[str, Any]], refresh: bool, targets: list[str] | None, replace: list[str],
-                first: int) -> list[Op]:
+                first: int, continue_on_error: bool = False) -> list[Op]:
         self._start()
         try:
             stored = self.state()
@@ -373,7 +376,7 @@ class Engine:
                 self._save(stored)
 
             order = {r["urn"]: [d for d in r["dependencies"] if d in wanted] for r in program}
-            self._schedule(apply, order)
+            self._schedule(apply, order, continue_on_error)
             if errors:
                 raise ApplyError("\n".join(errors), self.ops[first:])
             if targets is None:
@@ -499,16 +502,23 @@ class Engine:
             raise ApplyError("\n".join(errors) + suffix, list(self.ops))
 
     # --- scheduling --------------------------------------------------------------------------------------------------
-    def _schedule(self, work, order: dict[str, list[str]]) -> None:
+    def _schedule(self, work, order: dict[str, list[str]], continue_on_error: bool = False) -> None:
         """Run `work(urn)` for every urn once its dependencies are done, `parallel` at a time; stop scheduling on
-        the first failure and let what is in flight finish."""
+        the first failure and let what is in flight finish, or with `continue_on_error` skip only what depends on a
+        failed step."""
         done: set[str] = set()
         pending = dict(order)
         running: dict[Future, str] = {}
         failed = False
+        lost: set[str] = set()      # failed, or skipped because something they depend on is
         with ThreadPoolExecutor(max_workers=self.parallel) as pool:
             while pending or running:
-                if not failed:
+                if continue_on_error:
+                    while skipped := [urn for urn, deps in pending.items() if any(d in lost for d in deps)]:
+                        for urn in skipped:
+                            del pending[urn]
+                            lost.add(urn)
+                if not failed or continue_on_error:
                     ready = sorted(urn for urn, deps in pending.items() if all(d in done for d in deps))
                     for urn in ready:
                         del pending[urn]
@@ -522,9 +532,10 @@ class Engine:
                     urn = running.pop(future)
                     if future.exception() is not None:
                         failed = True
+                        lost.add(urn)
                     else:
                         done.add(urn)
-                if failed and not running:
+                if failed and not running and not continue_on_error:
                     break
 
     def _parallel_map(self, work, items: list[str], raise_first: bool = True) -> None:
@@ -555,8 +566,8 @@ def adopt_aliased(program: list[dict[str, Any]], stored: dict[str, dict[str, Any
     """Move each entry of the state that a resource of the program claims through an alias to that resource's URN,
     as the engine does before it plans the steps (pkg/resource/deploy/step_generator.go `generateSteps`: the old
     state is looked up by the URN and then by each alias, first found wins, and an alias two resources claim is the
-    error "Duplicate resource alias"). The entry keeps its id, inputs and outputs; type and parent become the
-    resource's when its step is recorded."""
+    error "Duplicate resource alias"). The entry keeps its id, inputs and outputs; its type, parent and name become
+    the resource's."""
     wanted = {r["urn"] for r in program}
     claimed: dict[str, str] = {}
     for resource in program:
@@ -573,7 +584,8 @@ def adopt_aliased(program: list[dict[str, Any]], stored: dict[str, dict[str, Any
     for alias, urn in claimed.items():
         resource = next(r for r in program if r["urn"] == urn)
         entry = stored.pop(alias)
-        entry.update(type=resource["type"], parent=resource["parent"])
+        # The new URN names it: its name too, when the alias was of another name.
+        entry.update(type=resource["type"], parent=resource["parent"], name=resource["name"])
         stored[urn] = entry
     # What the moved entries' dependents recorded: the new URNs, as the engine rewrites them in the snapshot.
     for entry in stored.values():
