@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines gpu-trainer
+.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines verify-prepare-data gpu-trainer
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -72,6 +72,13 @@ gpu-trainer: $(VENV)/.synced
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		-d .whl -r tests/gpu/trainer-wheels.txt
 	@echo "on the GPU machine: python3 tests/gpu/trainer_run.py --bundle build/gpu-trainer --wheels .whl --out OUT"
+
+# speculators' own prepare_data.py (the trainer stack's release, from its committed lock, on the CPU) over the
+# converted fixture rows; rewrites gpuhosts/measured/, the bytes per token and sample lengths the plan derives the
+# data set's size and its share of over-long samples from. Heavy: not part of `test`.
+verify-prepare-data: $(VENV)/.synced
+	@test -n "$(VERIFY_PYTHON)" || { echo "verify-prepare-data needs Python 3.12: set VERIFY_PYTHON=/path/to/python3.12"; exit 2; }
+	$(VENV)/bin/python tests/verify_prepare_data/run.py --python "$(VERIFY_PYTHON)" --uv $(UV)
 
 bench: $(VENV)/.synced
 	$(VENV)/bin/python -m gpuhosts.bench

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 RULES_FILE = Path(__file__).resolve().parent / "compat-rules.yaml"
@@ -79,6 +79,21 @@ class DatasetOverlapRow(_Row):
     source: str
 
 
+class LengthRange(_Row):
+    from_: int = Field(alias="from", ge=0)
+    up_to: int
+    share: float = Field(ge=0, le=1)
+
+
+class DatasetLengthsRow(_Row):
+    """A row of `datasetLengths`: the token lengths of a dataset's rows as the dataset publishes them."""
+
+    repo: str
+    tokenizer: str
+    ranges: tuple[LengthRange, ...]
+    source: str
+
+
 class TrainingRule(Rule):
     """A row of `trainingRules`: a check over a training node's settings."""
 
@@ -139,6 +154,7 @@ class RuleFile(_Row):
     datasets: tuple[DatasetRow, ...] = ()
     dataset_files: tuple[DatasetFilesRow, ...] = ()
     dataset_overlaps: tuple[DatasetOverlapRow, ...] = ()
+    dataset_lengths: tuple[DatasetLengthsRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,6 +203,11 @@ def dataset_files(repo: str, revision: str, rules: RuleFile | None = None) -> Da
 
 def dataset_overlaps(rules: RuleFile | None = None) -> tuple[DatasetOverlapRow, ...]:
     return (rules or load_rule_file()).dataset_overlaps
+
+
+def dataset_lengths(repo: str, rules: RuleFile | None = None) -> DatasetLengthsRow | None:
+    """The published length distribution of a dataset's rows (None: it publishes none we know of)."""
+    return next((row for row in (rules or load_rule_file()).dataset_lengths if row.repo == repo), None)
 
 
 def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> EngineFacts:

@@ -48,6 +48,7 @@ from gpuhosts.training import (
     TrainerStack,
     TrainingConfig,
     _training_problems,
+    length_warnings,
     mix_warnings,
     drafter_config_problems,
     referenced_training_secrets,
@@ -160,6 +161,7 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
     if training.dataset.manifest_sha256 is not None and placeholder_digest(training.dataset.manifest_sha256):
         warnings.append(f"{NAMESPACE}:training.dataset.manifestSha256 is a placeholder; put in `sha256sum SHA256SUMS`")
     warnings += mix_warnings(training.dataset)
+    warnings += length_warnings(training)
     for field, spec in (("training.verifier", training.verifier), ("training.drafter", training.drafter)):
         if model_facts(spec.repo).num_layers is None and spec.num_layers is None:
             warnings.append(f"{NAMESPACE}:{field}.repo {spec.repo} is not in the known-models table: its layer count "

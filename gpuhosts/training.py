@@ -172,6 +172,15 @@ class DatasetSource(_Model):
         return (self.repo, self.revision, self.subset, self.split, tuple(sorted(self.data_files)))
 
 
+class LongSamples(str, Enum):
+    CUT = "cut"
+
+
+# Default bound of the mix's share of samples longer than hyper.maxSeqLen: past it the plan stops, since that much
+# of the data would train only on its first maxSeqLen tokens.
+MAX_CUT_SHARE = 0.05
+
+
 class DatasetSpec(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,39}$", description="Directory name under <storage>/data "
                                                                       "(at most 40 characters).")
@@ -186,7 +195,20 @@ class DatasetSpec(_Model):
                                                      "same data set. Required with mix.")
     samples: int = Field(ge=1, description="Samples in the data set (for the plan and the monitor's ETA); with mix, "
                                            "the sum of its counts.")
-    size_gb: float = Field(gt=0, description="Size on disk, for the pre-flight disk check.")
+    size_gb: float | None = Field(None, gt=0, description="Size on disk of a pre-made set, for the pre-flight "
+                                                      "disk check (`du -s --block-size=1G` of it); required with "
+                                                      "source. With mix it is derived (the plan's dataset.sizeGb) "
+                                                      "and refused here.")
+    long_samples: LongSamples = Field(LongSamples.CUT, description="What becomes of a sample longer than "
+                                                                   "hyper.maxSeqLen: cut (prepare_data.py keeps "
+                                                                   "its first maxSeqLen tokens; the rest is never "
+                                                                   "trained on). A longer hyper.maxSeqLen (and "
+                                                                   "server.maxModelLen) keeps more of them. "
+                                                                   "Default cut.")
+    max_cut_share: float = Field(MAX_CUT_SHARE, ge=0, le=1,
+                                 description="Largest share of the mix's samples that may be longer than "
+                                             "hyper.maxSeqLen, as the plan estimates it (0.05 = 5 %); above it "
+                                             f"the plan stops. Default {MAX_CUT_SHARE}.")
     delete_on_destroy: bool = Field(False, description="Delete the staged data on destroy. Default false: kept.")
 
     @field_validator("source")
@@ -219,6 +241,12 @@ class DatasetSpec(_Model):
             raise ValueError("declares neither training.dataset.source nor training.dataset.mix; give one")
         if self.source is not None and self.manifest_sha256 is None:
             raise ValueError("training.dataset.manifestSha256 is required with source: `sha256sum SHA256SUMS`")
+        if self.mix is not None and self.size_gb is not None:
+            raise ValueError("training.dataset.sizeGb is derived for a mix (the plan's dataset.sizeGb, from the "
+                             "measured bytes per token of speculators' prepare_data.py); remove sizeGb")
+        if self.source is not None and self.size_gb is None:
+            raise ValueError("training.dataset.sizeGb is required with source: the pre-made set's size on disk "
+                             "(`du -s --block-size=1G` of it), for the pre-flight disk check")
         if self.mix is not None and self.seed is None:
             raise ValueError("training.dataset.seed is required with mix: give an integer, e.g. seed: 0, so that "
                              "the mix can be made again")
@@ -355,6 +383,51 @@ def mix_warnings(dataset: DatasetSpec) -> list[str]:
         if dataset_rows(source.repo, source.split, source.subset) is None:
             warnings.append(f"{field}.repo {source.repo} split {source.split} is not in the known dataset sizes "
                             "(gpuhosts/compat-rules.yaml `datasets`): its count is checked only on the node")
+    return warnings
+
+
+def length_problems(training: "TrainingConfig") -> list[Problem]:
+    """More of the mix longer than hyper.maxSeqLen than dataset.maxCutShare allows, by the plan's estimate."""
+    from gpuhosts.dataset_size import estimate
+
+    found = estimate(training)
+    dataset = training.dataset
+    if dataset.mix is not None and found is None:
+        return [Problem(path=f"{NAMESPACE}:training.dataset.mix", message=(
+            "its size on disk cannot be derived: no measurement of speculators' prepare_data.py is committed "
+            "(gpuhosts/measured/); run `make verify-prepare-data` and commit what it writes"))]
+    if found is None or found.over <= dataset.max_cut_share:
+        return []
+    worst = sorted((s for s in found.sources if s.over > 0), key=lambda s: -s.count * s.over)
+    named = "; ".join(f"mix[{s.index}] {s.repo} {s.over:.0%} of {s.count:,}" for s in worst[:3])
+    return [Problem(path=f"{NAMESPACE}:training.hyper.maxSeqLen", message=(
+        f"about {found.over:.1%} of the mix's {found.samples:,} samples are longer than {found.max_seq_len} tokens "
+        f"({named}) and would be cut to their first {found.max_seq_len}, more than dataset.maxCutShare "
+        f"{dataset.max_cut_share:.1%}; raise hyper.maxSeqLen (and server.maxModelLen), lower those sources' "
+        "counts, or raise dataset.maxCutShare"))]
+
+
+def length_warnings(training: "TrainingConfig") -> list[str]:
+    """Each source with samples longer than hyper.maxSeqLen, and a mix whose size could not be derived."""
+    from gpuhosts.dataset_size import estimate
+
+    dataset = training.dataset
+    if dataset.mix is None:
+        return []
+    found = estimate(training)
+    if found is None:
+        return []
+    warnings = []
+    if found.version != training.speculators.version:
+        warnings.append(f"{NAMESPACE}:training.speculators.version {training.speculators.version}: the data set's "
+                        f"size is estimated from speculators {found.version}'s prepare_data.py; run "
+                        "`make verify-prepare-data` for this release")
+    for source in found.sources:
+        if source.over >= 0.01:
+            warnings.append(
+                f"{NAMESPACE}:training.dataset.mix[{source.index}] {source.repo}: about {source.over:.0%} of its "
+                f"{source.count:,} samples are longer than hyper.maxSeqLen {found.max_seq_len} and are cut to their "
+                f"first {found.max_seq_len} tokens (dataset.longSamples: {found.policy}); lengths {source.basis}")
     return warnings
 
 
@@ -509,6 +582,7 @@ def _training_problems(node: NodeConfig, training: TrainingConfig, secret_keys: 
     elif smoke is not None and smoke.samples > training.dataset.samples:
         add("training.smoke.samples", f"{smoke.samples} is more than the data set's {training.dataset.samples} "
             "samples; a smoke run takes a few of them, e.g. 100")
+    problems += length_problems(training)
     if training.server.max_model_len < training.hyper.max_seq_len:
         add("training.server.maxModelLen", f"{training.server.max_model_len} is shorter than hyper.maxSeqLen "
             f"{training.hyper.max_seq_len}; the server could not extract a whole sample")

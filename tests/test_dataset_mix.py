@@ -101,7 +101,7 @@ def _smoke(smoke, **dataset):
 SMOKE_REFUSALS = [
     ("a pre-made data set", _smoke({"samples": 100}, mix=None, seed=None,
                                     source="https://datasets.example.internal/qwen36-mix-913k/",
-                                    manifestSha256="ab" * 32), "gpuhosts:training.smoke", ["dataset.mix", "Remove smoke"]),
+                                    manifestSha256="ab" * 32, sizeGb=40), "gpuhosts:training.smoke", ["dataset.mix", "Remove smoke"]),
     ("more samples than the data set", _smoke({"samples": 100}, samples=50, mix=[{
         "repo": "theblackcat102/evol-codealpaca-v1", "revision": "c75242318519b5470635e84064baed7c78594020",
         "count": 50, "converter": "alpaca"}]), "gpuhosts:training.smoke.samples", ["100", "50"]),

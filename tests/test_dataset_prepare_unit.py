@@ -40,7 +40,7 @@ def mix_stack(values: dict, sources: list[dict], seed: int = 7, delete: bool = F
     """The node's stack with `dataset.mix` in place of the pre-made `source`."""
     values = copy.deepcopy(values)
     dataset = values["training"]["dataset"]
-    for premade in ("source", "manifestSha256"):
+    for premade in ("source", "manifestSha256", "sizeGb"):
         dataset.pop(premade, None)
     dataset.update(mix=sources, seed=seed, deleteOnDestroy=delete, samples=sum(s["count"] for s in sources))
     return validate_trainer_stack(values, TRAINER_SECRETS)

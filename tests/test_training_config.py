@@ -27,12 +27,14 @@ def test_the_trainer_stack_declares_the_seed_node():
     assert (t.hyper.block_size, t.hyper.num_layers, t.dataset.samples) == (16, 5, 913786)
     assert stack.checkpoints == "/data/checkpoints/Qwen3.6-27B-DFlash"
     assert (t.smoke.samples, t.smoke.epochs) == (100, 1)
-    # The committed stack's warnings, each named: the node's placeholder address, and the two code sets that share
-    # samples (every data set source is pinned: a placeholder commit is refused).
-    assert [w.split(" is ")[0].split(" share ")[0] for w in stack.warnings] == [
+    # The committed stack's warnings, each named: the node's placeholder address, the two code sets that share
+    # samples (every data set source is pinned: a placeholder commit is refused), and the agentic sessions longer
+    # than the training's sequence.
+    assert [w.split(" is ")[0].split(" share ")[0].split(": about")[0] for w in stack.warnings] == [
         "gpuhosts:node.ssh.host 192.0.2.40",
         "gpuhosts:training.dataset.mix[1] theblackcat102/evol-codealpaca-v1 and mix[2] "
-        "ise-uiuc/Magicoder-Evol-Instruct-110K"]
+        "ise-uiuc/Magicoder-Evol-Instruct-110K",
+        "gpuhosts:training.dataset.mix[3] thoughtworks/agentic-coding-trajectories"]
 
 
 BAD = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 
 from gpuhosts.compat import model_facts
+from gpuhosts.dataset_size import dataset_size_gb
 from gpuhosts.facts import Fact
 from gpuhosts.plans.node_units import check_unit
 from gpuhosts.render import render
@@ -19,11 +20,12 @@ DEFAULT_DRAFTER_GB = 5
 
 
 def disk_needed_gb(stack: TrainerStack) -> int:
-    """The verifier, the drafter, the data set and the checkpoints' reserve, rounded up to whole GB."""
+    """The verifier, the drafter, the data set (a mix's size derived from measured bytes per token) and the
+    checkpoints' reserve, rounded up to whole GB."""
     training = stack.training
     return int((training.verifier.size_gb or model_facts(training.verifier.repo).size_gb or DEFAULT_VERIFIER_GB)
                + (training.drafter.size_gb or model_facts(training.drafter.repo).size_gb or DEFAULT_DRAFTER_GB)
-               + training.dataset.size_gb + training.checkpoints_reserve_gb + 0.999)
+               + dataset_size_gb(training) + training.checkpoints_reserve_gb + 0.999)
 
 
 def preflight_facts(stack: TrainerStack) -> list[Fact]:

@@ -33,6 +33,7 @@ from gpuhosts.plans.python_env import plan_env
 from gpuhosts.plans.training_job import TRAINING_UNIT, TrainingJob, plan_training_job
 from gpuhosts.plans.training_monitor import MONITOR_UNIT, plan_training_monitor
 from gpuhosts.services import PackageSpec
+from gpuhosts.dataset_size import estimate
 from gpuhosts.training import (FLASK_VERSION, LayerIds, TrainerStack, TrainingConfig, layer_ids, mix_overlaps,
                                source_files)
 from gpuhosts.units import Group, UnitGraph, within
@@ -172,7 +173,8 @@ def summarize(stack: TrainerStack, ids: LayerIds, num_verifier_layers: int, envs
                         "toolCalling": dataset.tool_calling_samples,
                         "overlaps": [{"sources": [o.first, o.later], "share": o.share,
                                       "duplicatesDropped": o.duplicates, "distinctLeft": o.distinct}
-                                     for o in mix_overlaps(dataset)]} if dataset.mix else {})},
+                                     for o in mix_overlaps(dataset)]} if dataset.mix else {}),
+                    **dataset_lengths_summary(stack)},
         "monitor": {"unit": MONITOR_UNIT, "listen": f"{monitor.bind}:{monitor.port}",
                     "token": f"gpuhosts:{monitor.token_secret}" if monitor.token_secret else None},
         "diskNeededGb": disk_needed_gb(stack),
@@ -184,6 +186,25 @@ def summarize(stack: TrainerStack, ids: LayerIds, num_verifier_layers: int, envs
                                               (stack.smoke_checkpoints, training.delete_checkpoints_on_destroy))
                            if d and not delete],
     }
+
+
+def dataset_lengths_summary(stack: TrainerStack) -> dict:
+    """The data set's size on disk, and for a mix how much of it is longer than the training's sequence and what
+    becomes of it, per source with where its lengths come from."""
+    found = estimate(stack.training)
+    if found is None:
+        return {"sizeGb": stack.training.dataset.size_gb}
+    return {"sizeGb": round(found.size_gb, 1),
+            "tokens": round(found.tokens),
+            "bytesPerStoredToken": found.token_bytes,
+            "messageBytesPerToken": found.message_bytes,
+            "bytesMeasured": found.measured,
+            "longerThanMaxSeqLen": {
+                "maxSeqLen": found.max_seq_len, "policy": found.policy, "share": round(found.over, 4),
+                "samples": round(found.over * found.samples),
+                "sources": [{"source": s.index, "repo": s.repo, "share": round(s.over, 4),
+                             "storedTokensMean": round(s.stored, 1), "tokensMean": round(s.whole, 1),
+                             "lengths": s.basis} for s in found.sources]}}
 
 
 def engine_invocations(stack: TrainerStack) -> list[dict]:
