@@ -38,9 +38,9 @@ system-deps:
 test: $(VENV)/.synced system-deps
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts="" -m "not full"
 
-# Everything, both tiers; CI runs it after `make test`.
-test-full: $(VENV)/.synced system-deps
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts=""
+# Everything: the quick tier first (a red quick tier stops there), then the scenario suites it leaves out. CI runs it.
+test-full: test
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts="" -m full
 
 golden: $(VENV)/.synced
 	GPUHOSTS_UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/test_golden.py
