@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines verify-prepare-data gpu-trainer
+.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines verify-ddtree verify-prepare-data gpu-trainer
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -79,6 +79,13 @@ gpu-trainer: $(VENV)/.synced
 verify-prepare-data: $(VENV)/.synced
 	@test -n "$(VERIFY_PYTHON)" || { echo "verify-prepare-data needs Python 3.12: set VERIFY_PYTHON=/path/to/python3.12"; exit 2; }
 	$(VENV)/bin/python tests/verify_prepare_data/run.py --python "$(VERIFY_PYTHON)" --uv $(UV)
+
+# DDTree's locked environment (locks/ddtree/) into build/ddtree/, and the pinned DDTree tree with and without
+# stacks/patches/ddtree-gdn-hybrid.patch: DFlash and DDTree against greedy decode on a random-weight GDN-hybrid
+# target in float32 on CPU (tests/verify_ddtree/run.py). Heavy (torch): not part of `test`.
+verify-ddtree: $(VENV)/.synced
+	@test -n "$(VERIFY_PYTHON)" || { echo "verify-ddtree needs Python 3.12: set VERIFY_PYTHON=/path/to/python3.12"; exit 2; }
+	$(VENV)/bin/python tests/verify_ddtree/run.py --python "$(VERIFY_PYTHON)" --uv $(UV)
 
 bench: $(VENV)/.synced
 	$(VENV)/bin/python -m gpuhosts.bench
