@@ -45,6 +45,7 @@ from gpuhosts.training import (
     TRAINER_SECRET_KEYS,
     TRAINER_SECTIONS,
     NodeConfig,
+    MultiNodeConfig,
     TrainerStack,
     TrainingConfig,
     _training_problems,
@@ -136,6 +137,11 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
             node, training = (value, training) if key == "node" else (node, value)
     if node is not None:
         problems += ssh_problems("node", node.ssh)
+    multi_node = None
+    if raw.get("multiNode") is not None:
+        multi_node = _validate_at(MultiNodeConfig, raw["multiNode"], ("multiNode",), problems)
+    if node is not None and training is not None and multi_node is not None:
+        problems += multi_node_problems(node, training, multi_node)
     if node is not None and training is not None:
         problems += _training_problems(node, training, set(secret_keys))
         config = (drafter_configs or {}).get(training.drafter.repo)
@@ -166,7 +172,38 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
         if model_facts(spec.repo).num_layers is None and spec.num_layers is None:
             warnings.append(f"{NAMESPACE}:{field}.repo {spec.repo} is not in the known-models table: its layer count "
                             "is not checked after the download (give numLayers to check it)")
-    return TrainerStack(node=node, training=training, warnings=tuple(warnings))
+    return TrainerStack(node=node, training=training, warnings=tuple(warnings), multi_node=multi_node)
+
+
+def multi_node_problems(node: NodeConfig, training: TrainingConfig, multi: MultiNodeConfig) -> list[Problem]:
+    """Every node of a multi-node run is another machine with the GPUs the run places on it: torchrun starts
+    trainingGpus' workers on each, and each serves its own hidden states on server.gpus."""
+    problems: list[Problem] = []
+    names = {node.name: "gpuhosts:node"}
+    targets = {(node.ssh.host.lower(), node.ssh.port): "gpuhosts:node"}
+    used = max((*training.server.gpus, *training.training_gpus), default=0)
+    for index, other in enumerate(multi.nodes):
+        at = f"{NAMESPACE}:multiNode.nodes[{index}]"
+        if other.name in names:
+            problems.append(Problem(path=f"{at}.name", message=f"{other.name} is already {names[other.name]}'s name; "
+                                                               "each node is named once"))
+        names.setdefault(other.name, f"multiNode.nodes[{index}]")
+        target = (other.ssh.host.lower(), other.ssh.port)
+        if target in targets:
+            problems.append(Problem(path=f"{at}.ssh.host", message=(
+                f"{other.ssh.host}:{other.ssh.port} is already {targets[target]}'s SSH server; a node of the run is a "
+                "machine of its own")))
+        targets.setdefault(target, f"multiNode.nodes[{index}]")
+        problems += ssh_problems(f"multiNode.nodes[{index}]", other.ssh)
+        if other.gpus.count <= used:
+            problems.append(Problem(path=f"{at}.gpus.count", message=(
+                f"is {other.gpus.count}, but the run places GPU {used} on every node (training.server.gpus and "
+                "training.trainingGpus); give the node's real count, or place the run on fewer GPUs")))
+        if other.driver_version != node.driver_version:
+            problems.append(Problem(path=f"{at}.driverVersion", message=(
+                f"{other.driver_version} differs from gpuhosts:node.driverVersion {node.driver_version}; the nodes of "
+                "one run use one CUDA user space, so one driver: set it equal")))
+    return problems
 
 
 def service_lock_problems(services) -> list[Problem]:

@@ -17,12 +17,12 @@ from pydantic import Field, field_validator, model_validator
 
 from gpuhosts.compat_data import dataset_files, dataset_overlaps, dataset_rows
 from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, Problem, SshConfig, _Model
-from gpuhosts.fields import HF_REPO, below, ip_address, is_loopback, safe_directory
+from gpuhosts.fields import HF_REPO, below, host_address, ip_address, is_loopback, safe_directory
 from gpuhosts.hostside.dataset_prepare import CONVERTERS, READABLE, split_files, split_patterns
 from gpuhosts.hostside.drafter_config import compare_declared, parse_drafter_config, target_layer_ids
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
 
-TRAINER_SECTIONS = ("kind", "node", "training")
+TRAINER_SECTIONS = ("kind", "node", "training", "multiNode")
 TRAINER_SECRET_KEYS = ("sshPrivateKey", "hfToken")
 # The Flask release of the monitor's environment: the one it is tested with (uv.lock); tests/test_monitor_deploy.py
 # keeps them equal.
@@ -60,6 +60,40 @@ class NodeConfig(_Model):
     @classmethod
     def _absolute(cls, value: str) -> str:
         return safe_directory(value)
+
+
+RDZV_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class RendezvousConfig(_Model):
+    host: str | None = Field(None, description="Address at which every node reaches the c10d store, which the "
+                                               "first node (gpuhosts:node) hosts; default its ssh.host.")
+    # torch's c10d rendezvous backend listens on 29400 when the endpoint names no port
+    # (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py DEFAULT_PORT).
+    port: int = Field(29400, ge=1024, le=65535, description="Port of the c10d store on the first node. Default 29400, "
+                                                          "torch's own.")
+    id: str = Field("gpuhosts-dflash", description="torchrun --rdzv-id, the same on every node: the job's name in the "
+                                                   "store. Default gpuhosts-dflash.")
+
+    @field_validator("host")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        return value if value is None else host_address(value)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not RDZV_ID.match(value):
+            raise ValueError(f"{value!r} is not a rendezvous id (letters, digits, '_', '.', '-')")
+        return value
+
+
+class MultiNodeConfig(_Model):
+    nodes: tuple[NodeConfig, ...] = Field(min_length=1, description="The nodes beside gpuhosts:node, each typed as "
+                                          "it is; each runs a hidden-state server of its own on training.server.gpus "
+                                          "and torchrun's workers on training.trainingGpus. Planned and checked: "
+                                          "`pulumi up` converges gpuhosts:node alone.")
+    rendezvous: RendezvousConfig = Field(RendezvousConfig(), description="torchrun's c10d rendezvous.")
 
 
 class ServerSpec(_Model):
@@ -514,6 +548,8 @@ class TrainerStack:
     node: NodeConfig
     training: TrainingConfig
     warnings: tuple[str, ...] = ()
+    # Further nodes of a multi-node run, planned and checked only (gpuhosts/plans/multi_node.py).
+    multi_node: MultiNodeConfig | None = None
 
     @property
     def storage(self) -> str:

@@ -17,7 +17,7 @@ refused with the reason instead of being guessed at.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from packaging.specifiers import SpecifierSet
 
@@ -159,6 +159,19 @@ def served_vllm_argv(verifier_dir: str, states_dir: str, server_ids: tuple[int, 
     argv = [verifier_dir, "--speculative_config", json.dumps(speculative), "--kv_transfer_config", json.dumps(transfer),
             *vllm_args]
     return argv if "--no-enable-chunked-prefill" in argv else [*argv, "--no-enable-chunked-prefill"]
+
+
+def across_nodes(trainer: Invocation, nnodes: int, nproc: int, endpoint: str, run_id: str) -> Invocation:
+    """The trainer of one node of a multi-node run: torchrun's c10d rendezvous in place of `--standalone`, which
+    starts a store of its own on a free local port and ignores any rendezvous given (torch 2.13.0
+    torch/distributed/run.py, the help of `--standalone`), so it can only run one node. Every node gets the same
+    words: the rendezvous assigns each its rank, so no node names its own."""
+    torchrun, standalone, flag, _count, *program = trainer.command
+    if (standalone, flag) != ("--standalone", "--nproc_per_node"):
+        raise ValueError(f"{trainer.name}: not a standalone torchrun launch: {trainer.command}")
+    command = (torchrun, "--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, *program)
+    return replace(trainer, command=command)
 
 
 def _words(value: object) -> list[str]:

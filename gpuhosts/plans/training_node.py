@@ -30,6 +30,7 @@ from gpuhosts.plans.model_download import Download, plan_model_download
 from gpuhosts.plans.node_preflight import PREFLIGHT, disk_needed_gb, plan_preflight
 from gpuhosts.plans.node_units import TrainingData, dataset_key
 from gpuhosts.plans.python_env import plan_env
+from gpuhosts.plans.multi_node import plan_multi_node
 from gpuhosts.plans.training_job import TRAINING_UNIT, TrainingJob, plan_training_job
 from gpuhosts.plans.training_monitor import MONITOR_UNIT, plan_training_monitor
 from gpuhosts.services import PackageSpec
@@ -165,6 +166,7 @@ def summarize(stack: TrainerStack, ids: LayerIds, num_verifier_layers: int, envs
                      **({"smoke": {"samples": training.smoke.samples, "epochs": training.smoke.epochs,
                                    "data": data.smoke_path, "checkpoints": stack.smoke_checkpoints,
                                    "argv": list(job.smoke.words)}} if training.smoke else {})},
+        **({"multiNode": plan_multi_node(stack, job.invocation, server.url)} if stack.multi_node else {}),
         "dataset": {"dir": dataset_dir, "samples": dataset.samples, "source": dataset.source,
                     **({"mix": [{"source": s.name, "count": s.count, "converter": s.converter,
                                  "files": source_files(s)} for s in dataset.mix],
