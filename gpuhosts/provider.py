@@ -338,8 +338,10 @@ def host_label(props: dict[str, Any]) -> str:
 
 
 def _log(line: str) -> None:
-    # The provider's stderr is the engine's log of it; never a secret here, only unit names and figures.
-    print(line, file=sys.stderr, flush=True)
+    # The provider's stderr is the engine's log of it; never a secret here, only unit names and figures. One write
+    # per line, newline included, so that lines of the units' threads never run together.
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def _config_value(name: str) -> str | None:

@@ -150,8 +150,11 @@ class Connection:
                 client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
             try:
                 self.dials += 1
-                print(f"gpuhosts-ssh: dial {target.user}@{target.address}:{target.port} attempt {attempt + 1}",
-                      file=sys.stderr, flush=True)
+                # One write per line: print() writes the line and its newline apart, and the units' threads log
+                # at once, so two lines could run together and a reader of the log miss a dial.
+                sys.stderr.write(f"gpuhosts-ssh: dial {target.user}@{target.address}:{target.port} "
+                                 f"attempt {attempt + 1}\n")
+                sys.stderr.flush()
                 client.connect(target.address, port=target.port, username=target.user, pkey=self._key,
                                timeout=self._dial_timeout, banner_timeout=self._dial_timeout,
                                auth_timeout=self._dial_timeout, allow_agent=False, look_for_keys=False)
