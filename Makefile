@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines verify-ddtree verify-prepare-data gpu-trainer
+.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -86,6 +86,16 @@ verify-prepare-data: $(VENV)/.synced
 verify-ddtree: $(VENV)/.synced
 	@test -n "$(VERIFY_PYTHON)" || { echo "verify-ddtree needs Python 3.12: set VERIFY_PYTHON=/path/to/python3.12"; exit 2; }
 	$(VENV)/bin/python tests/verify_ddtree/run.py --python "$(VERIFY_PYTHON)" --uv $(UV)
+
+# What a stack of several hosts costs against its size: converge and refresh of 1, 4 and 16 simulated hosts over
+# SSH, the plan of 1 to 64 (tests/fleet_figures.py). Minutes: not part of `test`.
+fleet-figures: $(VENV)/.synced system-deps
+	PYTHONPATH=tests:. $(VENV)/bin/python tests/fleet_figures.py
+
+# The planned multi-node trainer command line through torchrun's own parser, in speculators' locked environment
+# that verify-engines installs; rewrites tests/fixtures/torchrun/.
+verify-torchrun: $(VENV)/.synced
+	$(VENV)/bin/python tests/verify_torchrun/check_torchrun.py
 
 bench: $(VENV)/.synced
 	$(VENV)/bin/python -m gpuhosts.bench
