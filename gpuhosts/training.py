@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from gpuhosts.compat_data import dataset_files, dataset_overlaps, dataset_rows
+from gpuhosts.dataset_size import estimate
 from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, Problem, SshConfig, _Model
 from gpuhosts.fields import HF_REPO, below, host_address, ip_address, is_loopback, safe_directory
 from gpuhosts.hostside.dataset_prepare import CONVERTERS, READABLE, split_files, split_patterns
@@ -422,8 +423,6 @@ def mix_warnings(dataset: DatasetSpec) -> list[str]:
 
 def length_problems(training: "TrainingConfig") -> list[Problem]:
     """More of the mix longer than hyper.maxSeqLen than dataset.maxCutShare allows, by the plan's estimate."""
-    from gpuhosts.dataset_size import estimate
-
     found = estimate(training)
     dataset = training.dataset
     if dataset.mix is not None and found is None:
@@ -443,8 +442,6 @@ def length_problems(training: "TrainingConfig") -> list[Problem]:
 
 def length_warnings(training: "TrainingConfig") -> list[str]:
     """Each source with samples longer than hyper.maxSeqLen, and a mix whose size could not be derived."""
-    from gpuhosts.dataset_size import estimate
-
     dataset = training.dataset
     if dataset.mix is None:
         return []
