@@ -18,7 +18,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py 0644 <<'GPUH
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:5a2e7a80465c0513]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:11a72c6b1cc2cf77]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py 0644 <<'GPUHOSTS_EOF'
@@ -27,6 +27,10 @@ GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py 0644 <<'GPUHOSTS_EOF'
 # [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py.sha256 sha256:fe17c2223599ef5b]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py 0644 <<'GPUHOSTS_EOF'
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py.sha256 sha256:74aa3c6d2ad0be15]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py 0644 <<'GPUHOSTS_EOF'

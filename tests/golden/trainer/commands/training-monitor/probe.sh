@@ -7,6 +7,7 @@ fact 'file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py' "$( { file_st
 fact 'file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py' "$( { file_state /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py; } 2>/dev/null || true)"
 fact 'file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py' "$( { file_state /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py; } 2>/dev/null || true)"
 fact 'file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py' "$( { file_state /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py; } 2>/dev/null || true)"
+fact 'file /opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py' "$( { file_state /opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py; } 2>/dev/null || true)"
 fact 'file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py' "$( { file_state /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py; } 2>/dev/null || true)"
 fact 'file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py' "$( { file_state /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py; } 2>/dev/null || true)"
 fact 'file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html' "$( { file_state /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html; } 2>/dev/null || true)"

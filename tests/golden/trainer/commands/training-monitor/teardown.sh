@@ -15,6 +15,7 @@ remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py
+remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py
 remove_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html
