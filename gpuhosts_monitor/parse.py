@@ -75,6 +75,10 @@ START_MARKERS = re.compile(
     r"|Setting OMP_NUM_THREADS environment variable for each process"
 )
 
+# gpuhosts' launch script runs the smoke run first into the same log (templates/training_node/train.sh.j2) and
+# prints this when it passed: what follows is another run, the full one, with its own epochs and steps.
+FULL_RUN_STARTS = re.compile(r"^smoke run passed: the full run starts$")
+
 LOGGER_PREFIX_RE = re.compile(r"^.*[:\]]")
 
 STEP_KEYS = ("global_step", "train/global_step", "step", "train/step", "iteration", "iter")
@@ -439,6 +443,9 @@ class LogParser:
     # -- interpretation ------------------------------------------------------------------------------------------
 
     def _message(self, message: str, line: int, when: float | None) -> None:
+        if FULL_RUN_STARTS.match(message):
+            self._new_run()
+            return
         if self._progress_bar(message):
             return
         values = _dict_values(message) if "{" in message else None
@@ -450,6 +457,14 @@ class LogParser:
         if values and self._record(values, line, when, from_dict):
             return
         self._markers(message)
+
+    def _new_run(self) -> None:
+        """The smoke run is over: the monitor shows the full run, so none of the smoke run's points, epoch length,
+        epochs or validation carry over, and the full run's first step is a start, not a restart. The rich clock
+        goes on (its timestamps omit repeated times)."""
+        lines, clock, day = self.lines, self._rich_time, self._rich_day
+        self.__init__()
+        self.lines, self._rich_time, self._rich_day = lines, clock, day
 
     def _markers(self, message: str) -> None:
         if START_MARKERS.search(message):
