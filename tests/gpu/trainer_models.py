@@ -44,13 +44,20 @@ SLIDING_WINDOW = 128
 SEED = 20260601
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
-# ChatML as Qwen writes it; a system turn anywhere but first is refused, as Qwen3.6's template refuses it.
+# ChatML as Qwen writes it; a system turn anywhere but first is refused, as Qwen3.6's template refuses it. A
+# turn's content is text or, through a processor (Qwen3VLProcessor hands the template typed parts), a list of
+# {"type": "text", "text": ...} parts, which Qwen3.6's template also takes.
 CHAT_TEMPLATE = (
+    "{%- macro text(content) -%}"
+    "{%- if content is string -%}{{- content -}}"
+    "{%- else -%}{%- for part in content -%}{%- if part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'system' and not loop.first -%}"
     "{{- raise_exception('System message must be at the beginning.') -}}"
     "{%- endif -%}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + text(message['content']) + '<|im_end|>\\n' -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
