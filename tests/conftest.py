@@ -69,6 +69,7 @@ FULL_TIER = {
     "lifecycle/test_aliases.py": "stacks converged with the flat layout, taken over by the typed tree, over SSH",
     "lifecycle/test_fleet.py": "a one-host stack moved into a list of hosts, and a host down, over SSH",
     "lifecycle/test_benchmark_lifecycle.py": "the bake-off measured three times over SSH",
+    "lifecycle/test_rollout.py": "rolling upgrades of three replicas behind the real smg router, under load, over SSH",
     "test_lifecycle.py::test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands": "a second converge, over SSH",
     "test_lifecycle.py::test_an_unreachable_host_says_what_to_do": "a failure case, over SSH",
     "test_lifecycle.py::test_a_host_that_shows_another_key_is_refused_before_anything_runs": "a failure case, over SSH",

@@ -8,7 +8,9 @@ so the tree names no path of the checkout and a copied tree still works. Whateve
 ``-m pip`` / ``-m venv`` / ``-m uv`` runs on the test interpreter itself: the engines are not installed for real.
 
 Settings knobs: ``uv_fail_install`` (true, or a list of package names) and ``pip_fail_install`` make installs
-fail as without network, before anything is recorded.
+fail as without network, before anything is recorded. ``real_packages`` ({name: site-packages of a real
+installation}) makes a venv's python import that distribution for real when the venv holds it at the installed
+version (the model gateway smg, whose Rust router the rollout tests run in front of the engine stand-ins).
 """
 import argparse
 import base64
@@ -251,7 +253,27 @@ def cmd_venv_python(argv):
         if serving():
             # the launcher gpuhosts installs ends in runpy.run_module("sglang.launch_server"): the stand-in module
             os.environ["PYTHONPATH"] = ":".join([str(ENGINE_MODULES), *filter(None, [os.environ.get("PYTHONPATH")])])
+    real = real_packages(venv)
+    if real:
+        os.environ["PYTHONPATH"] = ":".join([*real, *filter(None, [os.environ.get("PYTHONPATH")])])
     exec_real(argv)
+
+
+def real_packages(venv: Path) -> list:
+    """The site-packages of real installations (host setting ``real_packages``: {name: site-packages}) that the
+    venv's python imports from, one per distribution the venv holds at the version installed there. A venv without
+    the distribution, or holding another version, finds none of it: the import then fails as it would."""
+    found = []
+    have = packages(venv)
+    for name, site in sorted((settings().get("real_packages") or {}).items()):
+        entry = have.get(norm(name))
+        if entry is None:
+            continue
+        if not (Path(site) / dist_info_name(name, entry["version"])).is_dir():
+            raise Fail(f"fakehost: real_packages[{name!r}] at {site} is not {name} {entry['version']}, the version "
+                       f"{unprefix(str(venv))} holds", 1)
+        found.append(str(site))
+    return found
 
 
 # ---- requirements ---------------------------------------------------------------------------------------

@@ -23,10 +23,10 @@ from replicas_data import replica_stack  # noqa: E402
 UV = PROJECT / ".tools" / "bin" / "uv"
 
 
-def main(argv: list[str]) -> int:
-    python = argv[0] if argv else sys.executable
-    service = replica_stack().services[0]
-    env = gateway_env(service)
+def install_env(python: str = sys.executable) -> tuple[Path, str]:
+    """The gateway's locked environment in build/gateway/smg-<version>, on `python`; (the venv, how it was
+    installed). Installing what is installed changes nothing, so a second call only audits it."""
+    env = gateway_env(replica_stack().services[0])
     lock = lock_text(env.lock)
     venv = PROJECT / "build" / "gateway" / f"smg-{env.release}"
     subprocess.run([str(UV), "venv", "--quiet", "--allow-existing", "--python", python, str(venv)], check=True)
@@ -40,8 +40,22 @@ def main(argv: list[str]) -> int:
     else:
         install = ["pip", "install", *locked_pins(lock)]
         how = f"the pins of {env.lock.path().name} without hashes, on Python {version}"
-    print(f"gateway: installing {how}")
     subprocess.run([str(UV), *install, "--quiet", "--python", str(venv / "bin" / "python")], check=True)
+    return venv, how
+
+
+def site_packages(venv: Path) -> Path:
+    """Where the venv's distributions are (one lib/pythonX.Y)."""
+    (site,) = venv.glob("lib/python*/site-packages")
+    return site
+
+
+def main(argv: list[str]) -> int:
+    python = argv[0] if argv else sys.executable
+    service = replica_stack().services[0]
+    env = gateway_env(service)
+    venv, how = install_env(python)
+    print(f"gateway: installed {how}")
     flags = router_flags(service)
     out = subprocess.run([str(venv / "bin" / "python"), str(HERE / "check_smg.py"), json.dumps(flags)],
                          check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]

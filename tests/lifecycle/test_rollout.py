@@ -1,0 +1,217 @@
+"""A rolling upgrade under load, over SSH: kpro5's SGLang service as three replicas (one GPU each) behind its
+gateway, the real smg 1.13.0 router (from the committed lock, tests/verify_gateway) in front of the engine stand-ins
+the simulated container runs, and a bounded load loop on loopback sending requests through the gateway for the
+whole `up` of an engine flag change that restarts every replica.
+
+* the change rolls through the replicas one at a time (drain, environment, unit, gate, put back) and not one
+  request through the gateway fails, each replica's time out of the gateway served by the others;
+* the second replica's deploy gate fails: `up` stops there naming its gate, the first replica runs the new
+  command line and serves, the third keeps the old one and stays in the gateway, the failed one stays out of it,
+  and still no request fails.
+
+The figure line (tests/lifecycle_figures.py): `rollout: replicas=<n> requests=<n> failed=<n>
+gate_failures_stopped=<ok>/<tried>`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from engine import ApplyError
+from fakehost import engines
+from fakehost.util import configure
+from sshhost import free_port
+from sshhost.bed import PROJECT, SECRETS, Bed, names
+from verify_gateway.run import install_env, site_packages
+
+FIGURES = PROJECT / "build" / "rollout-figures.json"
+SERVICE = "qwen-sglang"
+REPLICAS = ("qwen-sglang", "qwen-sglang-r1", "qwen-sglang-r2")
+# One GPU per replica: both RTX A6000 and the second RTX 3090, which the stack moves into CT 129 for the third.
+GPUS = ("0000:41:00.0", "0000:61:00.0", "0000:21:00.0")
+# The engine flag the rollouts change: accepted by SGLang 0.5.11 (server_args.py `--log-level`), ignored by the
+# stand-in, and part of each replica's ExecStart, so every replica's unit restarts.
+FLAG = "--log-level"
+# A cap on the load loop, which otherwise runs for exactly as long as the `up` it watches.
+MAX_REQUESTS = 20000
+UNIT_FILE = "var/lib/lxc/129/rootfs/etc/systemd/system/gpuhosts-{}.service"
+
+
+class Load:
+    """Requests through the gateway from one thread, one after the other, until stopped (or MAX_REQUESTS): each
+    recorded with the workers the gateway listed as ready just before it was sent, so that a request is known to
+    have been served while a given replica was out."""
+
+    def __init__(self, gateway: str, key: str):
+        self.gateway, self.key = gateway, key
+        self.sent: list[tuple[frozenset, bool, str]] = []
+        self.stopping = threading.Event()
+        self.first = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, str]:
+        request = urllib.request.Request(self.gateway + path, method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"Bearer {self.key}",
+                                                  "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode(errors="replace")
+
+    def ready_workers(self) -> frozenset:
+        status, text = self.call("GET", "/workers")
+        if status != 200:
+            return frozenset()
+        return frozenset(w["url"] for w in json.loads(text).get("workers", []) if w.get("status") == "ready")
+
+    def one(self) -> tuple[bool, str]:
+        body = {"model": "qwen3.6-27b", "messages": [{"role": "user", "content": "Say one word."}], "max_tokens": 4}
+        try:
+            status, text = self.call("POST", "/v1/chat/completions", body)
+        except (urllib.error.URLError, OSError) as error:
+            return False, f"no answer: {error}"
+        if status != 200:
+            return False, f"{status}: {text[:200]}"
+        reply = json.loads(text)
+        return bool(reply.get("choices")), text[:200]
+
+    def loop(self) -> None:
+        while not self.stopping.is_set() and len(self.sent) < MAX_REQUESTS:
+            try:
+                ready = self.ready_workers()
+            except (urllib.error.URLError, OSError):
+                ready = frozenset()
+            ok, what = self.one()
+            self.sent.append((ready, ok, what))
+            if ok:
+                self.first.set()
+
+    def __enter__(self) -> "Load":
+        self.thread.start()
+        # The loop runs before the `up` starts: its first answered request is the marker.
+        assert self.first.wait(timeout=120), f"no request through the gateway was answered: {self.sent[-3:]}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=120)
+        assert not self.thread.is_alive(), "the load loop did not stop"
+
+    def failed(self) -> list[str]:
+        return [what for _, ok, what in self.sent if not ok]
+
+    def served_while_out(self, url: str) -> int:
+        """Requests answered while `url` was not among the gateway's ready workers."""
+        return sum(1 for ready, ok, _ in self.sent if ok and ready and url not in ready)
+
+
+def rollout_values(bed: Bed, ports: tuple[int, ...], gateway_port: int, flag_value: str | None) -> dict:
+    values = bed.services_values(ports[0], free_port())
+    values["gpus"][1] = {"address": GPUS[2], "model": "RTX 3090", "use": "container", "container": 129}
+    service = values["services"][0]
+    values["services"] = [service]
+    service.pop("gpus")
+    service["tensorParallelSize"] = 1
+    service["replicas"] = [{"gpus": [gpu], **({"port": port} if i else {})}
+                           for i, (gpu, port) in enumerate(zip(GPUS, ports))]
+    service["gateway"] = {"port": gateway_port, "bind": "127.0.0.1", "policy": "round_robin",
+                          "health": {"intervalS": 1, "timeoutS": 2, "failureThreshold": 2, "successThreshold": 1}}
+    if flag_value is not None:
+        service["extraArgs"] = [FLAG, flag_value]
+    return values
+
+
+def unit_text(bed: Bed, replica: str) -> str:
+    return (bed.tree / UNIT_FILE.format(replica)).read_text()
+
+
+@pytest.fixture(scope="module")
+def rollout(tmp_path_factory):
+    """kpro5 converged from its seed with the three replicas and the gateway serving (no VM holds the RTX 3090
+    the third replica takes)."""
+    venv, _how = install_env()
+    bed = Bed.seed(tmp_path_factory.mktemp("rollout") / "bed", vms=((101, "win-3090", "0000:01:00", True),))
+    configure(bed.tree, serve_engines=True, real_packages={"smg": str(site_packages(venv))},
+              engine_behaviour={name: {"tokens": 4} for name in REPLICAS})
+    ports = tuple(free_port() for _ in REPLICAS)
+    gateway_port = free_port()
+    try:
+        first = bed.up(rollout_values(bed, ports, gateway_port, None))
+        assert "ct129-gateway-qwen-sglang" in names(first, "create")
+        yield bed, ports, gateway_port
+    finally:
+        engines.stop_all(bed.tree)
+        bed.close()
+
+
+def gateway_of(gateway_port: int) -> str:
+    return f"http://127.0.0.1:{gateway_port}"
+
+
+def record(figure: dict) -> None:
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    done = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
+    done.update(figure)
+    FIGURES.write_text(json.dumps(done, indent=2, sort_keys=True) + "\n")
+
+
+def test_a_flag_change_rolls_through_the_replicas_under_load_and_no_request_fails(rollout):
+    bed, ports, gateway_port = rollout
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    values = rollout_values(bed, ports, gateway_port, "info")
+    with Load(gateway_of(gateway_port), SECRETS["llmApiKey"]) as load:
+        assert load.ready_workers() == frozenset(urls), "not every replica was in the gateway before the change"
+        ops = bed.up(values)
+        # The last replica is back in the gateway once its put-back returned; the loop sees it at once.
+        final = load.ready_workers()
+    changed = names(ops)
+    order = [f"ct129-{step}-{replica}" for replica in REPLICAS
+             for step in ("drain", "service", "gate", "admit")]
+    assert [name for name in changed if name in order] == order, changed
+    assert "ct129-gateway-qwen-sglang" not in changed
+    assert all(f"{FLAG} info" in unit_text(bed, replica) for replica in REPLICAS)
+    assert final == frozenset(urls)
+    failed = load.failed()
+    record({"rolled": {"replicas": len(REPLICAS), "requests": len(load.sent), "failed": len(failed)}})
+    assert failed == [], f"{len(failed)} of {len(load.sent)} requests failed: {failed[:5]}"
+    for url in urls:
+        assert load.served_while_out(url) > 0, f"no request was answered while {url} was out of the gateway"
+
+
+def test_a_failed_gate_stops_the_rollout_at_its_replica_and_the_rest_keep_serving(rollout):
+    bed, ports, gateway_port = rollout
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    before = {replica: unit_text(bed, replica) for replica in REPLICAS}
+    assert not any(f"{FLAG} debug" in text for text in before.values())
+    # The second replica comes back from its restart with an acceptance length below the gate's minimum (2.0).
+    configure(bed.tree, engine_behaviour={**{name: {"tokens": 4} for name in REPLICAS},
+                                          REPLICAS[1]: {"tokens": 4, "acceptance_length": 1.2}})
+    values = rollout_values(bed, ports, gateway_port, "debug")
+    with Load(gateway_of(gateway_port), SECRETS["llmApiKey"]) as load:
+        with pytest.raises(ApplyError) as error:
+            bed.up(values)
+        final = load.ready_workers()
+    message = str(error.value)
+    assert "ct129-gate-qwen-sglang-r1" in message, message
+    ran = names(error.value.ops)
+    assert not any(name.endswith(REPLICAS[2]) for name in ran), ran
+    assert "ct129-admit-qwen-sglang-r1" not in ran
+    # The first replica runs the new command line and serves; the third keeps the old one, in the gateway.
+    assert f"{FLAG} debug" in unit_text(bed, REPLICAS[0])
+    assert f"{FLAG} debug" in unit_text(bed, REPLICAS[1])
+    assert unit_text(bed, REPLICAS[2]) == before[REPLICAS[2]]
+    assert final == frozenset({urls[0], urls[2]}), final
+    failed = load.failed()
+    stopped = "ct129-gate-qwen-sglang-r1" in message and final == frozenset({urls[0], urls[2]})
+    record({"gate_failure": {"requests": len(load.sent), "failed": len(failed), "stopped": int(stopped)}})
+    assert failed == [], f"{len(failed)} of {len(load.sent)} requests failed: {failed[:5]}"
+    assert load.served_while_out(urls[1]) > 0
