@@ -77,10 +77,12 @@ def layout(bundle_dir: Path, wheels: Path | None, speculators_venv: str | None, 
                         "sys.exit(main())\n")
     torchrun.chmod(0o755)
     shutil.copytree(bundle_dir / "speculators-src", SPEC_SRC, dirs_exist_ok=True)
-    for python in (VLLM_PYTHON, MONITOR_PYTHON):
+    # The check needs no package (any Python 3); the monitor needs Flask, which the wheels bring into the
+    # speculators environment.
+    for python, target in ((VLLM_PYTHON, sys.executable), (MONITOR_PYTHON, SPEC_VENV / "bin/python")):
         python.parent.mkdir(parents=True, exist_ok=True)
         python.unlink(missing_ok=True)
-        python.symlink_to(sys.executable)
+        python.symlink_to(target)
     host = bundle_dir / "plan/hosts/trainer"
     for tree in ("opt/gpuhosts/training", "opt/gpuhosts/monitor/app", "usr/local/lib/gpuhosts"):
         shutil.copytree(host / tree, Path("/") / tree, dirs_exist_ok=True)
@@ -209,22 +211,27 @@ def main() -> int:
             if process is not None:
                 process.terminate()
                 process.wait(timeout=30)
+        if Path(bundle["log"]).exists():
+            say("8. what comes back")
+            collect(bundle, out, logs, python)
+    print(json.dumps({"launch": returncode, "status": json.loads((out / "status.json").read_text())
+                      .get("training")}, indent=1)[:3000])
+    return returncode
 
-    say("8. what comes back")
+
+def collect(bundle: dict, out: Path, logs: Path, python: Path) -> None:
+    log, checkpoints = Path(bundle["log"]), Path(bundle["checkpoints"])
     shutil.copy(log, out / "train.log")
     roots = [Path(bundle["smokeCheckpoints"]), checkpoints]
     listing = [f"{p.stat().st_size} {p}" for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
     (out / "checkpoints.txt").write_text("\n".join(listing) + "\n")
     with tarfile.open(out / "checkpoints.tar.gz", "w:gz") as tar:
-        for root in roots:
+        for root in (r for r in roots if r.exists()):
             tar.add(root, arcname=root.name, filter=lambda i: None if i.name.endswith(WEIGHTS) else i)
     (out / "versions.json").write_text(json.dumps(versions(python), indent=2) + "\n")
     with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
         tar.add(logs, arcname="logs")
     shutil.rmtree(logs)
-    print(json.dumps({"launch": returncode, "status": json.loads((out / "status.json").read_text())
-                      .get("training")}, indent=1)[:3000])
-    return returncode
 
 
 if __name__ == "__main__":
