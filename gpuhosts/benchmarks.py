@@ -20,6 +20,8 @@ from pydantic import Field, field_validator, model_validator
 
 from gpuhosts.config import NAMESPACE, Problem, _Model, validate_entries
 from gpuhosts.engines import driver_for
+from gpuhosts.envspec import EnvSpec
+from gpuhosts.locks import LOCKS_DIR, RequirementsLock, locked_pins
 from gpuhosts.services import SERVICE_NAME, DrafterSpec, ServiceConfig
 
 DDTREE_REPOSITORY = "https://github.com/liranringel/ddtree"
@@ -36,6 +38,12 @@ DDTREE_IMPORTS = ("torch", "transformers", "datasets", "loguru", "numpy", "tqdm"
 DDTREE_DATASETS = ("gsm8k", "math500", "aime24", "aime25", "alpaca", "mt-bench", "humaneval", "mbpp", "lbpp",
                    "swe-bench", "livecodebench")
 MIN_LONG_CONTEXT = 100_000
+# DDTree's own environment: a lock per commit and Python resolved from one requirements file (locks/ddtree/), with
+# accelerate for the patch's device_map; transformers is the release the patch is written against.
+DDTREE_LOCKS = "ddtree"
+DDTREE_REQUIREMENTS = f"{DDTREE_LOCKS}/requirements.in"
+DDTREE_LOCK_WRITER = "run `python tests/verify_ddtree/run.py --lock` and commit locks/ddtree/"
+DDTREE_PACKAGE = "transformers"
 
 SHORT_CHAT = "In three sentences, explain why the sky is blue."
 CODE = ("Write a Python function `merge_intervals(intervals)` that merges overlapping closed intervals, with type "
@@ -94,9 +102,13 @@ class DDTreeReference(_Model):
     commit: str = Field(description="The full 40-hex commit to run; branches move, a commit does not.")
     patch: DDTreePatch = Field(description="The declared patch that makes the reference run the GDN-hybrid target.")
     drafter: DrafterSpec = Field(description="The DFlash drafter DDTree drafts with (`--draft-name-or-path`).")
-    environment_of: str = Field(
-        description="The benchmark's service whose locked environment runs DDTree's benchmark.py; its lock must hold "
-                    "what DDTree imports (torch, transformers, datasets, loguru, numpy, tqdm).")
+    environment_of: str | None = Field(
+        None,
+        description="Default: DDTree's own locked environment (locks/ddtree/<commit[:7]>-py<python>.txt, with "
+                    "accelerate for the patch's device_map), installed by a PythonEnv unit of the benchmark; the "
+                    "reference then runs on the GPUs and weights of the benchmark's first service. A service of the "
+                    "benchmark named here lends its environment instead: its lock must hold what DDTree imports "
+                    "(torch, transformers, datasets, loguru, numpy, tqdm), and accelerate for device_map.")
     dataset: str = Field("mt-bench", description="The data set its benchmark.py loads (`--dataset`). Default mt-bench.")
     max_samples: int = Field(16, ge=1, le=1000, description="`--max-samples`. Default 16.")
     max_new_tokens: int = Field(512, ge=16, le=16384, description="`--max-new-tokens`. Default 512.")
@@ -246,7 +258,26 @@ def benchmark_problems(benchmarks: list[tuple[int, BenchmarkConfig]], services: 
         if reference.drafter.gated and "hfToken" not in secret_keys:
             add(index, "ddtree.drafter.gated", f"{reference.drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
                 f"`pulumi config set --secret {NAMESPACE}:hfToken`")
-        if reference.environment_of not in bench.services:
+        if reference.environment_of is None:
+            lock = ddtree_lock(reference)
+            reason = lock.missing(lock.path().read_text() if lock.path().is_file() else None)
+            if reason:
+                others = sorted(p.name for p in (LOCKS_DIR / DDTREE_LOCKS).glob(f"{reference.commit[:7]}-py*.txt"))
+                field = "ddtree.python" if others else "ddtree.commit"
+                also = f" (locked for: {', '.join(others)})" if others else ""
+                add(index, field, f"{reason}{also}; {DDTREE_LOCK_WRITER}")
+            else:
+                pins = {pin.split("==")[0] for pin in locked_pins(lock.path().read_text())}
+                lacking = [name for name in (*DDTREE_IMPORTS, "accelerate") if name not in pins]
+                if lacking:
+                    add(index, "ddtree.commit", f"locks/{lock.name} lacks {', '.join(lacking)}, which DDTree's "
+                        f"benchmark.py and the patch's device_map need; add them to locks/{DDTREE_REQUIREMENTS} and "
+                        f"{DDTREE_LOCK_WRITER}")
+            env_name = ddtree_env_name(bench)
+            if any(s.name == env_name and s.container == bench.container for s in services):
+                add(index, "name", f"the reference's environment /opt/gpuhosts/{env_name} is also the environment "
+                    f"of service {env_name}; rename the benchmark or the service")
+        elif reference.environment_of not in bench.services:
             add(index, "ddtree.environmentOf", f"{reference.environment_of!r} is not one of this benchmark's services "
                 f"({', '.join(bench.services)})")
         elif reference.environment_of in by_name:
@@ -288,6 +319,30 @@ def benchmark_warnings(benchmarks: list[tuple[int, BenchmarkConfig]], services: 
                          f"device_map, which needs accelerate, and the environment of {reference.environment_of} has "
                          "none: the reference job fails at loading until an environment with accelerate runs it")
     return found
+
+
+def ddtree_lock(reference: DDTreeReference) -> RequirementsLock:
+    return RequirementsLock(name=f"{DDTREE_LOCKS}/{reference.commit[:7]}-py{reference.python}.txt",
+                            requirements=DDTREE_REQUIREMENTS, python=reference.python, writer=DDTREE_LOCK_WRITER)
+
+
+def ddtree_env_name(bench: BenchmarkConfig) -> str:
+    return f"ddtree-{bench.name}"
+
+
+def ddtree_env(bench: BenchmarkConfig) -> EnvSpec | None:
+    """DDTree's own environment for `bench`, or None when a service lends its environment (`environmentOf`). Its
+    package is the transformers release the lock pins: the release the patch is written against, which the
+    environment's probe reads from the venv's dist-info like every other pin."""
+    reference = bench.ddtree
+    if reference is None or reference.environment_of is not None:
+        return None
+    lock = ddtree_lock(reference)
+    text = lock.path().read_text() if lock.path().is_file() else ""
+    release = next((pin.split("==", 1)[1] for pin in locked_pins(text) if pin.startswith(f"{DDTREE_PACKAGE}==")), "")
+    return EnvSpec(name=ddtree_env_name(bench), requirement=f"DDTree {reference.commit[:7]} (locks/{DDTREE_REQUIREMENTS})",
+                   package=DDTREE_PACKAGE, release=release, from_git=False, python=reference.python,
+                   needs_hf=False, requirements_lock=lock)
 
 
 def environment_lacks(service: ServiceConfig, packages: tuple[str, ...]) -> list[str]:

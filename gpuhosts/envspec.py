@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpuhosts.locks import LockSpec, lock_spec
+from gpuhosts.locks import LockSpec, RequirementsLock, lock_spec
 from gpuhosts.paths import SERVICE_ROOT
 
 LOCK_NAME = "requirements.lock"
@@ -54,6 +54,8 @@ class EnvSpec:
     checkout_ref: str | None = None
     # Environments that download models carry huggingface_hub's `hf` (the engines depend on it).
     needs_hf: bool = True
+    # A lock resolved from a requirements file (DDTree's own environment) instead of that of `locked_requirement`.
+    requirements_lock: RequirementsLock | None = None
 
     @property
     def home(self) -> str:
@@ -88,5 +90,5 @@ class EnvSpec:
         return f"{self.venv}/bin/python"
 
 
-def env_lock(env: EnvSpec) -> LockSpec:
-    return env.lock
+def env_lock(env: EnvSpec) -> LockSpec | RequirementsLock:
+    return env.requirements_lock or env.lock

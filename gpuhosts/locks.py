@@ -83,6 +83,38 @@ class LockSpec:
                 f"--python-platform {PLATFORM} --no-header (hashes of the distributions uv selects for that platform)\n")
 
 
+@dataclass(frozen=True)
+class RequirementsLock:
+    """A committed lock resolved from a requirements file of the project rather than from one requirement, which
+    `make locks` therefore does not write: DDTree's own environment, `locks/ddtree/<commit[:7]>-py<python>.txt`
+    from `locks/ddtree/requirements.in` (`python tests/verify_ddtree/run.py --lock` writes it). Its header names
+    the requirements file's sha256, so an edited requirements file makes the lock stale."""
+
+    name: str  # under locks/, e.g. ddtree/c96427a-py3.12.txt
+    requirements: str  # under locks/, e.g. ddtree/requirements.in
+    python: str
+    writer: str  # the command that writes it
+
+    def path(self, locks_dir: Path | None = None) -> Path:
+        return (locks_dir or LOCKS_DIR) / self.name
+
+    def missing(self, text: str | None) -> str | None:
+        """Why `text` (None: no file) is not the current lock of the requirements file, or None."""
+        if text is None:
+            return f"no lock locks/{self.name} (resolved from locks/{self.requirements} for Python {self.python})"
+        requirements = _read(LOCKS_DIR / self.requirements)
+        if requirements is None:
+            return f"locks/{self.requirements} does not exist"
+        digest = hashlib.sha256(requirements.encode()).hexdigest()
+        header = {key: value for key, _, value in (line[1:].strip().partition(": ") for line in
+                                                   text.splitlines() if line.startswith("#"))}
+        wanted = {"requirements": f"locks/{self.requirements} (sha256 {digest})", "python": self.python,
+                  "platform": PLATFORM}
+        wrong = [f"{key} {header.get(key, '(none)')!r} instead of {value!r}" for key, value in wanted.items()
+                 if header.get(key) != value]
+        return f"locks/{self.name} is stale: its header says " + ", ".join(wrong) if wrong else None
+
+
 def lock_spec(requirement: str, python: str) -> LockSpec:
     """The lock of `requirement` (an exact pin) for `python`, its constraints from the compatibility data."""
     req = Requirement(requirement)
@@ -135,9 +167,15 @@ def _read(path: Path) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
-def lock_text(spec: LockSpec, locks_dir: Path | None = None) -> str:
+def lock_text(spec: LockSpec | RequirementsLock, locks_dir: Path | None = None) -> str:
     """The committed lock of `spec`; LockError when it is missing or its header is of another lock."""
     text = _read(spec.path(locks_dir))
+    if isinstance(spec, RequirementsLock):
+        # Not `make locks`' to resolve, so never collected: its own writer makes it.
+        reason = spec.missing(text)
+        if reason:
+            raise LockError(f"{reason}; {spec.writer}")
+        return text
     found = _COLLECTING.get()
     if found is not None:
         if spec not in found:

@@ -209,6 +209,7 @@ def git(*args: str, cwd: Path) -> str:
 def test_the_ddtree_reference_runs_after_the_services_and_adds_its_rows(installed, host, tmp_path, monkeypatch):
     """The reference through the plan's own units: its checkout (a stand-in repository served bare over file://,
     a patch made against it) and the benchmark's job, whose benchmark.py leaves the run real torch wrote."""
+    import gpuhosts.benchmarks as benchmarks
     import gpuhosts.plans.container_services as container_services
 
     tree, _graph = host
@@ -229,6 +230,7 @@ def test_the_ddtree_reference_runs_after_the_services_and_adds_its_rows(installe
     values["benchmarks"] = kpro5_values(benchmarks=True)["benchmarks"]
     config = validate_stack(values, KPRO5_SECRETS)
     (bench,) = config.benchmarks
+    kpro5_commit = bench.ddtree.commit
     reference = bench.ddtree.model_copy(update={
         "repository": f"file://{bare}", "commit": commit,
         "patch": bench.ddtree.patch.model_copy(update={"sha256": hashlib.sha256(patch.encode()).hexdigest()})})
@@ -236,8 +238,12 @@ def test_the_ddtree_reference_runs_after_the_services_and_adds_its_rows(installe
                                      "prompts": bench.prompts.model_copy(update={"max_tokens": 32})})
     config = config.model_copy(update={"benchmarks": (bench,)})
     monkeypatch.setattr(container_services, "patch_text", lambda _bench: patch)
+    # The stand-in commit installs the committed commit's lock (locks/ddtree/ holds one per DDTree commit).
+    real_lock = benchmarks.ddtree_lock
+    monkeypatch.setattr(benchmarks, "ddtree_lock",
+                        lambda ref: real_lock(ref.model_copy(update={"commit": kpro5_commit})))
     graph = plan_host(config)
-    for key in ("ct129-ddtree-spec-bakeoff", "ct129-bench-spec-bakeoff"):
+    for key in ("ct129-env-ddtree-spec-bakeoff", "ct129-ddtree-spec-bakeoff", "ct129-bench-spec-bakeoff"):
         result = apply(tree, graph[key])
         assert result.returncode == 0, f"{key}:\n{result.stdout}\n{result.stderr}"
     report = parse_result(result.stdout).report

@@ -33,7 +33,8 @@ def test_kpro5_declares_one_bakeoff_of_both_services_with_the_ddtree_reference(k
     assert reference.repository == "https://github.com/liranringel/ddtree" and len(reference.commit) == 40
     patch = PROJECT / reference.patch.file
     assert hashlib.sha256(patch.read_bytes()).hexdigest() == reference.patch.sha256
-    assert reference.environment_of == "qwen-sglang"
+    # DDTree's own environment, not a service's.
+    assert reference.environment_of is None
     summary = summarize_host(config)["containers"]["129"]["benchmarks"]["spec-bakeoff"]
     assert summary["services"] == ["qwen-sglang", "qwen-vllm-dflash"]
     assert summary["ddtree"]["commit"] == reference.commit and reference.patch.sha256 in summary["ddtree"]["patch"]
@@ -118,6 +119,12 @@ BAD = [
      "gpuhosts:benchmarks[0].ddtree.environmentOf", "lacks datasets"),
     ("reference environment not compared", set_in(("ddtree", "environmentOf"), "other"),
      "gpuhosts:benchmarks[0].ddtree.environmentOf", "is not one of this benchmark's services"),
+    ("no DDTree lock for the commit", set_in(("ddtree", "commit"), "0" * 40), "gpuhosts:benchmarks[0].ddtree.commit",
+     "no lock locks/ddtree/0000000-py3.12.txt"),
+    ("no DDTree lock for the Python", set_in(("ddtree", "python"), "3.13"), "gpuhosts:benchmarks[0].ddtree.python",
+     "(locked for: c96427a-py3.12.txt); run `python tests/verify_ddtree/run.py --lock`"),
+    ("the reference's environment is a service's", lambda v: v["services"][1].update(name="ddtree-spec-bakeoff"),
+     "gpuhosts:benchmarks[0].name", "is also the environment of service ddtree-spec-bakeoff"),
     ("unknown data set", set_in(("ddtree", "dataset"), "sharegpt"), "gpuhosts:benchmarks[0].ddtree.dataset",
      "is not a data set DDTree's benchmark.py loads"),
     ("reference drafter directory taken", set_in(("ddtree", "drafter"), {
@@ -163,7 +170,21 @@ def test_without_benchmarks_the_plan_has_no_benchmark_unit(kpro5):
     assert summarize_host(validate_stack(kpro5, KPRO5_SECRETS))["containers"]["129"]["benchmarks"] == {}
 
 
-def test_the_plan_warns_that_the_committed_patch_needs_accelerate_which_the_lock_lacks(kpro5):
-    warnings = validate_stack(kpro5, KPRO5_SECRETS).warnings()
-    (found,) = [w for w in warnings if w.startswith("gpuhosts:benchmarks[0].ddtree.environmentOf:")]
+def test_kpro5_has_no_accelerate_warning_because_ddtree_runs_in_its_own_lock_which_holds_it(kpro5):
+    config = validate_stack(kpro5, KPRO5_SECRETS)
+    assert not [w for w in config.warnings() if "accelerate" in w]
+    unit = plan_host(config)["ct129-env-ddtree-spec-bakeoff"]
+    assert unit.kind == "PythonEnv"
+    # The probe reads the venv's dist-info against the lock's pins, accelerate among them, as for the engines.
+    assert unit.desired["transformers in /opt/gpuhosts/ddtree-spec-bakeoff/venv"] == "transformers 5.17.0"
+    assert "accelerate==1.15.0" in unit.ensure
+
+
+def test_a_stack_that_still_lends_a_service_environment_is_warned_about_accelerate(kpro5):
+    bench(kpro5)["ddtree"]["environmentOf"] = "qwen-sglang"
+    config = validate_stack(kpro5, KPRO5_SECRETS)
+    (found,) = [w for w in config.warnings() if w.startswith("gpuhosts:benchmarks[0].ddtree.environmentOf:")]
     assert "device_map, which needs accelerate" in found and "qwen-sglang has none" in found
+    graph = plan_host(config)
+    assert "ct129-env-ddtree-spec-bakeoff" not in [u.key for u in graph]
+    assert "/opt/gpuhosts/qwen-sglang/venv/bin/python" in graph["ct129-bench-spec-bakeoff"].ensure

@@ -16,11 +16,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference
+from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference, ddtree_env
 from gpuhosts.config import StackConfig
 from gpuhosts.engines import driver_for
 from gpuhosts.facts import Fact, desired, files_facts, render_probe
 from gpuhosts.hostside import bench_probe
+from gpuhosts.locks import lock_digest, lock_text
 from gpuhosts.plans import ddtree_reference
 from gpuhosts.plans.deploy_gate import gate_key, gate_settings
 from gpuhosts.plans.gate_script import GATE_SCRIPT
@@ -100,12 +101,17 @@ def ddtree_job(bench: BenchmarkConfig, config: StackConfig, by_name: dict[str, S
     reference: DDTreeReference | None = bench.ddtree
     if reference is None:
         return None
-    service = by_name[reference.environment_of]
+    # The weights and GPUs are those of the lending service, or of the first compared one (all serve one model).
+    service = by_name[reference.environment_of or bench.services[0]]
+    own = ddtree_env(bench)
+    python = own.interpreter if own is not None else python_of(service)
     work = f"{results_dir(bench)}/ddtree"
     save = f"{work}/run.pt"
-    argv = ddtree_reference.ddtree_job_argv(bench, python_of(service), service.model.path, save)
+    argv = ddtree_reference.ddtree_job_argv(bench, python, service.model.path, save)
     return {"argv": argv, "cwd": ddtree_reference.ddtree_checkout(bench.container, bench), "save": save,
-            "python": python_of(service), "cuda": engine_environment(service, config)["CUDA_VISIBLE_DEVICES"],
+            "python": python, "cuda": engine_environment(service, config)["CUDA_VISIBLE_DEVICES"],
+            # A regenerated lock of its own environment runs the reference again.
+            "lock": None if own is None else lock_digest(lock_text(own.requirements_lock)),
             "result_script": f"{script_dir(bench)}/ddtree-result.py", "log": f"{work}/benchmark.log",
             "out": f"{work}/result.json"}
 
@@ -193,7 +199,8 @@ def summarize_benchmark(bench: BenchmarkConfig) -> dict[str, Any]:
             "patch": f"{reference.patch.file} (sha256 {reference.patch.sha256})",
             "drafter": f"{reference.drafter.repo}@{reference.drafter.revision} in {reference.drafter.path}",
             "dataset": f"{reference.dataset} ({reference.max_samples} samples)",
-            "environmentOf": reference.environment_of,
+            "environment": (f"{reference.environment_of}'s" if reference.environment_of else
+                            f"its own (locks/{ddtree_env(bench).requirements_lock.name})"),
         },
         "runId": bench.run_id,
         "results": f"{results_dir(bench)}/results.json, results.md (on the host)",

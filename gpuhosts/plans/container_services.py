@@ -20,7 +20,7 @@ from dataclasses import replace
 from gpuhosts.benchmarks import BenchmarkConfig
 from gpuhosts.plans.benchmark import benchmark_key, patch_text, plan_benchmark, results_dir
 from gpuhosts.plans.container_userspace import userspace_key
-from gpuhosts.plans.ddtree_reference import plan_ddtree_checkout
+from gpuhosts.plans.ddtree_reference import plan_ddtree_checkout, plan_ddtree_env
 from gpuhosts.plans.engine_install import plan_engine_install
 from gpuhosts.plans.gateway import (
     admit_key,
@@ -120,7 +120,8 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
         drafter = bench.ddtree.drafter if bench.ddtree is not None else None
         if drafter is not None and drafter.path not in known:
             # The reference's own drafter, when no service downloads it already.
-            planned.append(Download(drafter, (f"bench:{bench.name}",), bench.ddtree.environment_of, None, {}))
+            planned.append(Download(drafter, (f"bench:{bench.name}",), bench.ddtree.environment_of or "downloads",
+                                    None, {}))
             known.add(drafter.path)
     download_of: dict[str, str] = {}
     for download in planned:
@@ -156,6 +157,10 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
             checkout = plan_ddtree_checkout(vmid, bench, patch_text(bench), (last_restart,))
             units.append(replace(checkout, group=benchmark_at(bench)))
             extra = (checkout.key, download_of[bench.ddtree.drafter.path])
+            env = plan_ddtree_env(vmid, bench, (last_restart,))
+            if env is not None:
+                units.append(replace(env, group=benchmark_at(bench)))
+                extra += (env.key,)
         units.append(replace(plan_benchmark(bench, config, service_units, extra), group=benchmark_at(bench)))
     return units
 

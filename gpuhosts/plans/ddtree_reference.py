@@ -4,10 +4,11 @@ patch, the command that runs it, and the script that reads its figures.
 The checkout is a unit of the container (`DDTreeCheckout`): git fetches exactly the commit, the patch is a file
 beside it applied with `git apply` (checked first, so a patch that does not apply refuses with git's reason), and a
 marker `<commit> patch:<sha256>` written last says the checkout is complete; a changed patch checks out again from
-the commit. The run itself uses the Python environment of one of the benchmark's services: liranringel/ddtree's
-requirements.txt at c96427a185677bf4133ed865dd1626a5041aef9b (torch, transformers, datasets, numpy, loguru, tqdm)
-are in the SGLang 0.5.11 lock, all but flash-attn, ninja and matplotlib, which the patch makes it do without or
-which benchmark.py does not import.
+the commit. The run itself uses DDTree's own locked environment (a PythonEnv unit of the benchmark, from
+locks/ddtree/: liranringel/ddtree's requirements.txt at c96427a185677bf4133ed865dd1626a5041aef9b less flash-attn,
+ninja and matplotlib, which the patch makes it do without or which benchmark.py does not import, with accelerate,
+which transformers needs for the patch's `device_map`), or, when the stack names one (`environmentOf`), the
+environment of one of the benchmark's services.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import hashlib
 import shlex
 from pathlib import Path
 
-from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference
+from gpuhosts.benchmarks import BenchmarkConfig, DDTreeReference, ddtree_env
 from gpuhosts.facts import Fact, desired, files_facts
 from gpuhosts.hostside import ddtree_result
 from gpuhosts.paths import SERVICE_ROOT
-from gpuhosts.plans.python_env import in_container, probe_in
+from gpuhosts.plans.python_env import in_container, plan_env, probe_in
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
@@ -78,6 +79,17 @@ def plan_ddtree_checkout(vmid: int, bench: BenchmarkConfig, patch_text: str, nee
         container=vmid,
         undoes=f"DDTree checkout {checkout} ({reference.repository} at {reference.commit}) removed from CT {vmid}",
     )
+
+
+def ddtree_env_key(vmid: int, bench: BenchmarkConfig) -> str:
+    return f"ct{vmid}-env-ddtree-{bench.name}"
+
+
+def plan_ddtree_env(vmid: int, bench: BenchmarkConfig, needs: tuple[str, ...]) -> Unit | None:
+    """DDTree's own environment in container `vmid`, installed as the engines' are; None when a service lends its
+    environment (`environmentOf`)."""
+    env = ddtree_env(bench)
+    return None if env is None else plan_env(ddtree_env_key(vmid, bench), env, vmid, needs)
 
 
 def ddtree_job_argv(bench: BenchmarkConfig, python: str, target_model_path: str, save_path: str) -> list[str]:

@@ -1,0 +1,38 @@
+# managed by gpuhosts — unit ct129-env-ddtree-spec-bakeoff; generated from templates/, do not edit on the host.
+# Runs the script below inside container 129 (pct exec).
+set -euo pipefail
+vmid=129
+status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+if [ -z "$status" ]; then
+  printf '%s: container %s does not exist any more; nothing to remove in it\n' ct129-env-ddtree-spec-bakeoff "$vmid"
+  printf '%s\n' 'GPUHOSTS_RESULT {"changed":false,"rebootRequired":false}'
+  exit 0
+fi
+if [ "$status" != running ]; then
+  printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-env-ddtree-spec-bakeoff "$vmid" \
+    "${status:-missing}" "$vmid" >&2
+  exit 1
+fi
+script="$(cat <<'GPUHOSTS_INNER'
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-env-ddtree-spec-bakeoff]
+# Inside container 129: remove the uv environment ddtree-spec-bakeoff (an environment, not user data).
+service_dir=/opt/gpuhosts/ddtree-spec-bakeoff
+uv_home=/opt/gpuhosts/.uv
+if [ -d "$root$service_dir" ]; then
+  rm -rf "$root$service_dir"
+  note_change "removed $service_dir"
+fi
+# uv goes with the last environment gpuhosts made with it; the uv lock makes "the last" one answer.
+remove_uv_if_last() {
+  local others=("$root"/opt/gpuhosts/*/venv)
+  if [ -d "$root$uv_home" ] && [ ! -e "${others[0]}" ]; then
+    rm -rf "$root$uv_home"
+    note_change "removed $uv_home (no environment uses it any more)"
+    rmdir "$root"/opt/gpuhosts 2>/dev/null || true
+  fi
+}
+with_lock uv remove_uv_if_last
+finish
+GPUHOSTS_INNER
+)"
+pct exec "$vmid" -- bash -c "$script" gpuhosts </dev/null
