@@ -15,7 +15,7 @@ from pathlib import Path
 from flask import Flask, Response, g, jsonify, render_template, request
 
 from gpuhosts_monitor.metrics import CONTENT_TYPE, exposition
-from gpuhosts_monitor.parse import Snapshot, downsample
+from gpuhosts_monitor.parse import Interruption, Snapshot, downsample
 from gpuhosts_monitor.sources import Cached, LogFollower, newest_checkpoint, query_gpus, server_health
 
 CURVE_POINTS = 500
@@ -82,6 +82,24 @@ def acceptance_status(snap: Snapshot) -> dict:
     }
 
 
+# what the page says of each stage of an interrupt save (parse.Interruption.save)
+SAVE_SUMMARY = {
+    "pending": "no checkpoint save logged",
+    "saving": "saving a checkpoint",
+    "saved": "checkpoint saved to {checkpoint}",
+    "failed": "the checkpoint save failed",
+    "timed-out": "the checkpoint save timed out",
+}
+
+
+def interruption_status(interruption: Interruption | None) -> dict | None:
+    if interruption is None:
+        return None
+    after = f"after step {interruption.step}" if interruption.step is not None else "before the first step"
+    summary = f"{interruption.signal} {after}; " + SAVE_SUMMARY[interruption.save].format(**asdict(interruption))
+    return {**asdict(interruption), "summary": summary}
+
+
 def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float) -> dict:
     latest = snap.latest
     total, total_source = (config.total_steps, "cli") if config.total_steps else (snap.total_steps(), "log")
@@ -94,6 +112,10 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
     step_age = max(0.0, now - snap.step_seen_at) if latest and snap.step_seen_at is not None else None
     if log_stat is None:
         state = "no-log"
+    elif snap.interruption is not None:
+        # before the stall rule: a launch that saved its checkpoint and ended logs no step again, and that is not
+        # a hang
+        state = "interrupted"
     elif snap.finished:
         state = "finished"
     elif latest is None:
@@ -103,8 +125,9 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
     else:
         state = "running"
     eta = None
-    # a stalled run has no time of arrival: the step rate it had says nothing about when it moves again
-    if state != "stalled" and total is not None and step is not None and rate:
+    # a stalled or interrupted run has no time of arrival: the step rate it had says nothing about when it moves
+    # again
+    if state not in ("stalled", "interrupted") and total is not None and step is not None and rate:
         eta = round(max(0, total - step) / rate)
     return {
         "state": state,
@@ -128,6 +151,7 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
             "metrics": {key: _finite(value) for key, value in snap.val.items()},
         },
         "restarts": [asdict(restart) for restart in snap.restarts],
+        "interruption": interruption_status(snap.interruption),
         "log_age_s": log_age,
         "last_step_age_s": round(step_age, 1) if step_age is not None else None,
         "stall": {

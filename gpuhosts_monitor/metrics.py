@@ -21,6 +21,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("gpuhosts_training_last_step_age_seconds", "Seconds since a new step reached the log."),
     ("gpuhosts_training_stall_threshold_seconds", "Seconds without a step after which the run is stalled."),
     ("gpuhosts_training_stalled", "1 while the monitor's stall rule says the run is stalled."),
+    ("gpuhosts_training_interrupted", "1 while the current launch is interrupted by a signal (graceful shutdown)."),
     ("gpuhosts_training_server_up", "1 while the hidden-state server answers /health."),
 )
 
@@ -58,6 +59,7 @@ def exposition(status: dict) -> str:
         "gpuhosts_training_last_step_age_seconds": [("", _value(training.get("last_step_age_s")))],
         "gpuhosts_training_stall_threshold_seconds": [("", _value(stall.get("threshold_s")))],
         "gpuhosts_training_stalled": [("", "1.0" if training.get("state") == "stalled" else "0.0")],
+        "gpuhosts_training_interrupted": [("", "1.0" if training.get("state") == "interrupted" else "0.0")],
         "gpuhosts_training_server_up": [("", "1.0" if (status.get("server") or {}).get("state") == "up" else "0.0")],
     }
     lines = []

@@ -23,6 +23,14 @@ pairs that ``train/utils.py`` ``normalize_counted_metrics`` divides back into ``
 same in 0.9.0. ``Trainer.train_epoch`` logs them under ``train`` and ``train/logger.py`` ``FormatDictFilter``
 (``_flatten_dict`` joins with ``/``) prints ``train/eal=3.276, train/full_acc=0.412, train/position_1_acc=0.630``.
 
+A graceful interruption (speculators 0.7.0 and later, ``train/graceful_shutdown.py``): on the first SIGINT or SIGTERM
+the handler logs ``Received SIGTERM — interrupting training to save checkpoint. Send again to force immediate
+exit.``, and ``with_graceful_shutdown`` then logs ``Training interrupted — attempting to save checkpoint
+(timeout=120s, send Ctrl+C again to force exit)...`` and one of ``Interrupt checkpoint saved to '<save path>/
+interrupted'``, ``Failed to save interrupt checkpoint`` (``logger.exception``) or, from its watchdog, ``Interrupt
+checkpoint save timed out after 120s — forcing exit``. The launch ends there; the next start-up message (systemd
+starting the unit again) or logged step clears it.
+
 Everything else (warnings, tracebacks, torchrun's banner, half-written last lines) is skipped.
 
 A restart shows as a step that does not advance or as a start-up message. Steps are then mapped onto the earlier
@@ -38,7 +46,7 @@ import calendar
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 # torchrun --tee / --redirects and some launchers prefix each worker line with its rank.
@@ -73,6 +81,17 @@ START_MARKERS = re.compile(
     r"|Resuming (?:training on|mid-epoch)"
     r"|\*{5} Running training \*{5}"
     r"|Setting OMP_NUM_THREADS environment variable for each process"
+)
+
+# speculators v0.7.0 src/speculators/train/graceful_shutdown.py, GracefulShutdownHandler._handler and
+# with_graceful_shutdown; searched, not anchored, so a logging format with a prefix matches too, and only as far as
+# the first line of a record rich wraps at 80 columns, so a record still being written counts.
+INTERRUPT_RECEIVED_RE = re.compile(r"Received (?P<signal>SIG[A-Z]+) — interrupting")
+INTERRUPT_SAVE_RE = re.compile(
+    r"(?P<saving>Training interrupted — attempting)"
+    r"|Interrupt checkpoint saved to '(?P<path>.*)'"
+    r"|(?P<failed>Failed to save interrupt checkpoint)"
+    r"|(?P<timeout>Interrupt checkpoint save timed out after)"
 )
 
 # gpuhosts' launch script runs the smoke run first into the same log (templates/training_node/train.sh.j2) and
@@ -156,6 +175,38 @@ class Restart:
     """The step as the restarted trainer printed it."""
 
 
+@dataclass(frozen=True)
+class Interruption:
+    """A signal that speculators' graceful shutdown answered: the launch stops, saving an ``interrupted``
+    checkpoint first."""
+
+    signal: str
+    """"SIGTERM" (systemd stopping the unit, torchrun passing it on) or "SIGINT"."""
+    line: int
+    step: int | None
+    """The last step logged before it, on the run's axis."""
+    save: str = "pending"
+    """"pending" (no save attempt logged: one follows at once, unless another exception replaced the interrupt on
+    its way out, as when a DataLoader waiting on its workers reports one the signal killed), "saving", "saved",
+    "failed" or "timed-out"."""
+    checkpoint: str | None = None
+    """Where the checkpoint was saved, as speculators printed it."""
+
+
+def interruption_after(current: Interruption | None, message: str, line: int, step: int | None) -> Interruption | None:
+    """The interruption a log message leaves: a new one on a signal, a later save stage for the current one."""
+    if match := INTERRUPT_RECEIVED_RE.search(message):
+        # torchrun sends the signal again; the handler ignores repeats and logs only the first
+        return current or Interruption(signal=match["signal"], line=line, step=step)
+    if current is None or not (match := INTERRUPT_SAVE_RE.search(message)):
+        return current
+    if match["saving"]:
+        return replace(current, save="saving")
+    if match["path"] is not None:
+        return replace(current, save="saved", checkpoint=match["path"])
+    return replace(current, save="failed" if match["failed"] else "timed-out")
+
+
 @dataclass
 class Snapshot:
     points: list[Point]
@@ -179,6 +230,8 @@ class Snapshot:
     step_seen_at: float | None = None
     """Wall-clock time by which the latest step had been written: the log file's mtime when the read that brought
     it in finished (LogFollower sets it; parse_text cannot know it)."""
+    interruption: Interruption | None = None
+    """The current launch was interrupted by a signal (and nothing started since)."""
 
     @property
     def latest(self) -> Point | None:
@@ -336,10 +389,20 @@ class _Pending:
     line: int
     time: float | None
     indent: int
+    width: int | None
+    """Cells of rich's message column, where the line shows the path column that fixes it."""
     parts: list[str] = field(default_factory=list)
 
     def message(self) -> str:
-        return " ".join(self.parts)
+        # rich 15.0.0 _wrap.py divide_line wraps at spaces but chops a word longer than the column into lines of
+        # exactly the column's width, so such a line continues its word on the next one (a checkpoint path does);
+        # a word exactly as wide as the column reads as chopped too, which no message of the formats above has
+        joined = ""
+        for i, part in enumerate(self.parts):
+            chopped = i > 0 and self.width is not None and len(self.parts[i - 1]) == self.width and (
+                " " not in self.parts[i - 1])
+            joined += part if i == 0 or chopped else " " + part
+        return joined
 
 
 class LogParser:
@@ -369,6 +432,7 @@ class LogParser:
         self._start_marker = False
         self._rich_time: float | None = None
         self._rich_day = 0
+        self.interruption: Interruption | None = None
 
     # -- input ---------------------------------------------------------------------------------------------------
 
@@ -397,8 +461,11 @@ class LogParser:
         self._flush()
         head = RICH_HEAD_RE.match(text)
         if head:
-            message = RICH_PATH_RE.sub("", head["msg"])
-            self._pending = _Pending(line=line, time=self._rich_clock(head), indent=head.start("msg"))
+            path = RICH_PATH_RE.search(head["msg"])
+            message = head["msg"][: path.start()] if path else head["msg"]
+            # the column ends one cell (the table's padding) before the path's first character
+            width = len(head["msg"]) - len(path.group().lstrip()) - 1 if path else None
+            self._pending = _Pending(line=line, time=self._rich_clock(head), indent=head.start("msg"), width=width)
             self._pending.parts.append(message.strip())
             return
         when, message = self._iso_time(text)
@@ -456,7 +523,7 @@ class LogParser:
             from_dict = True
         if values and self._record(values, line, when, from_dict):
             return
-        self._markers(message)
+        self._markers(message, line)
 
     def _new_run(self) -> None:
         """The smoke run is over: the monitor shows the full run, so none of the smoke run's points, epoch length,
@@ -466,11 +533,15 @@ class LogParser:
         self.__init__()
         self.lines, self._rich_time, self._rich_day = lines, clock, day
 
-    def _markers(self, message: str) -> None:
+    def _markers(self, message: str, line: int) -> None:
         if START_MARKERS.search(message):
             self._start_marker = True
             self.finished = False
             self._phase = "train"
+            self.interruption = None
+        self.interruption = interruption_after(
+            self.interruption, message, line, self.points[-1].step if self.points else None
+        )
         if match := TRAIN_EPOCH_RE.search(message):
             self.epochs_total = int(match["of"])
         if (phase := _phase_after(message)) is not None:
@@ -558,6 +629,7 @@ class LogParser:
         )
         self.metrics = dict(values)
         self.finished = False
+        self.interruption = None
         return True
 
     def _place(self, raw: int | None, explicit: bool, epoch: float | None, line: int) -> int:
@@ -606,10 +678,16 @@ class LogParser:
         points = list(self.points)
         metrics = self.metrics
         phase = self._phase
+        interruption = self.interruption
         pending = self._pending
         if pending is not None:
             # a trainer that hangs right after "Validation epoch 1/2 started" writes no next line to complete it
             phase = _phase_after(pending.message()) or phase
+            # nor does one that its interrupt save ends
+            if START_MARKERS.search(pending.message()):
+                interruption = None
+            interruption = interruption_after(interruption, pending.message(), pending.line,
+                                              points[-1].step if points else None)
             values = key_values(pending.message())
             raw = _first(values, STEP_KEYS)
             loss = _first(values, LOSS_KEYS)
@@ -634,6 +712,7 @@ class LogParser:
                     )
                 )
                 metrics = dict(values)
+                interruption = None
         return Snapshot(
             points=points,
             metrics=metrics,
@@ -648,6 +727,7 @@ class LogParser:
             lines=self.lines,
             segment_start=self._segment_start,
             phase=phase,
+            interruption=interruption,
         )
 
 

@@ -3,7 +3,8 @@
 script the trainer plan renders, its smoke run then its full run in one file (tests/fixtures/training/README.md).
 
 Every expected figure is what the trainer wrote: the table is checked against the log's own records (their
-`global_step` and `train/loss`), read here with a plain pattern, independently of the parser.
+`global_step` and `train/loss`), read here with a plain pattern, independently of the parser. The log ends with
+speculators' graceful shutdown answering SIGTERM; cuts of it are what the node had written at earlier moments.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pytest
 
 from conftest import FIXTURES, PROJECT
 from gpuhosts_monitor.app import MonitorConfig, training_status
-from gpuhosts_monitor.parse import FULL_RUN_STARTS, parse_text
+from gpuhosts_monitor.parse import FULL_RUN_STARTS, LogParser, parse_text
+from test_monitor import app_for, health_server  # noqa: F401 - a fixture, used by name
 
 TRAINING = FIXTURES / "training"
 LOG = TRAINING / "speculators-0.7.0-h200-smoke-then-full.log"
@@ -79,14 +81,142 @@ def test_points_are_the_full_runs_records():
     assert [(p.step, p.loss) for p in snap.points] == records(full)
 
 
+def status_of(log: str) -> dict:
+    """training_status of a log read at the moment it was written: the stall rule has no age to judge."""
+    return training_status(parse_text(log), MonitorConfig(log=LOG, checkpoints=TRAINING,
+                                                          server_url="http://127.0.0.1:9"),
+                           os.stat(LOG), now=os.stat(LOG).st_mtime)
+
+
 def test_eta_is_the_remaining_steps_at_the_logged_rate():
-    snap = parse_text(text())
-    rate, source = snap.step_rate()
-    status = training_status(snap, MonitorConfig(log=LOG, checkpoints=TRAINING, server_url="http://127.0.0.1:9"),
-                             os.stat(LOG), now=os.stat(LOG).st_mtime)
+    log = cut("before the last SIGTERM")
+    rate, source = parse_text(log).step_rate()
+    status = status_of(log)
     assert source == "log-timestamps" and status["steps_per_s"] == pytest.approx(rate)
     assert status["eta_s"] == round((76 - 48) / rate) == 35
     assert status["progress"] == round(48 / 76, 4)
+
+
+# -- the interruptions ---------------------------------------------------------------------------------------------
+# The log holds two SIGTERMs, each answered by speculators 0.7.0's graceful shutdown (train/graceful_shutdown.py):
+# the first full launch's, before its first step (the DataLoader, waiting on its workers, turned the interrupt into
+# a RuntimeError for a worker the signal killed, which with_graceful_shutdown does not catch: no save follows), and
+# the hand-started launch's at step 48, which saved `interrupted/`.
+
+CHECKPOINT = "/data/checkpoints/Qwen3.6-27B-DFlash/interrupted"
+
+# The two outcomes of a save the run did not have, in place of its "Interrupt checkpoint saved to" record: the words
+# are graceful_shutdown.py's at v0.7.0 (with_graceful_shutdown: logger.exception at line 145, the watchdog's
+# logger.error at line 128, timeout 120 s), laid out as rich laid out the records around them (80 columns, the
+# message column 35 cells wide beside `graceful_shutdown.py:NNN`); logger.exception's traceback is RichHandler's
+# default, the formatted exception as message lines.
+SAVE_FAILED = """\
+           ERROR    Failed to save interrupt checkpoint graceful_shutdown.py:145
+                    Traceback (most recent call last):
+                      File "/opt/gpuhosts/speculators/ve
+                    nv/lib/python3.12/site-packages/spec
+                    ulators/train/trainer.py", line 612,
+                    in maybe_save_checkpoint
+                    OSError: [Errno 28] No space left on
+                    device
+"""
+SAVE_TIMED_OUT = """\
+           ERROR    Interrupt checkpoint save timed out graceful_shutdown.py:128
+                    after 120s — forcing exit
+"""
+
+
+def lines() -> list[str]:
+    return text().split("\n")
+
+
+def record_end(log: list[str], start: int) -> int:
+    """Index after the rich record whose first line is log[start] (its continuation lines are indented 20)."""
+    end = start + 1
+    while end < len(log) and log[end].startswith(" " * 20):
+        end += 1
+    return end
+
+
+def last(log: list[str], words: str) -> int:
+    return max(i for i, line in enumerate(log) if words in line)
+
+
+def first_after(log: list[str], words: str, start: int) -> int:
+    return next(i for i in range(start, len(log)) if words in log[i])
+
+
+def cut(name: str) -> str:
+    """The log, or the part of it the node had written at one moment, or with another save outcome."""
+    log = lines()
+    second = last(log, "Received SIGTERM")
+    saved = last(log, "Interrupt checkpoint saved to")
+    first = first_after(log, "Received SIGTERM", log.index(MARKER))
+    relaunch = first_after(log, "No previous training checkpoint found", first)
+    keep = {
+        "whole": log,
+        "before the last SIGTERM": log[: last(log, "Received 15 death signal")],
+        "the last SIGTERM logged": log[: record_end(log, second)],
+        "its save begun": log[: record_end(log, last(log, "Training interrupted"))],
+        "its save failed": log[:saved] + SAVE_FAILED.splitlines() + log[record_end(log, saved):],
+        "its save timed out": log[:saved] + SAVE_TIMED_OUT.splitlines() + log[record_end(log, saved):],
+        "the first full launch stopped": log[:relaunch],
+        "the next launch started": log[: record_end(log, relaunch)],
+    }[name]
+    return "\n".join(keep).rstrip("\n") + "\n"
+
+
+def test_the_cuts_are_of_the_real_log():
+    log = text()
+    assert log.count("Received SIGTERM — interrupting") == 2 and log.count("Training interrupted") == 1
+    for name in ("before the last SIGTERM", "the last SIGTERM logged", "its save begun",
+                 "the first full launch stopped", "the next launch started"):
+        assert log.startswith(cut(name)), name
+    assert "Interrupt checkpoint saved" not in cut("its save failed") + cut("its save timed out")
+
+
+STEPPED = {"signal": "SIGTERM", "line": 1471, "step": 48}
+INTERRUPTIONS = [
+    pytest.param("whole", "interrupted", {**STEPPED, "save": "saved", "checkpoint": CHECKPOINT,
+                                          "summary": f"SIGTERM after step 48; checkpoint saved to {CHECKPOINT}"},
+                 id="saved"),
+    pytest.param("before the last SIGTERM", "running", None, id="before-it"),
+    pytest.param("the last SIGTERM logged", "interrupted", {
+        **STEPPED, "save": "pending", "checkpoint": None,
+        "summary": "SIGTERM after step 48; no checkpoint save logged"}, id="signal"),
+    pytest.param("its save begun", "interrupted", {
+        **STEPPED, "save": "saving", "checkpoint": None, "summary": "SIGTERM after step 48; saving a checkpoint"},
+        id="saving"),
+    pytest.param("its save failed", "interrupted", {
+        **STEPPED, "save": "failed", "checkpoint": None,
+        "summary": "SIGTERM after step 48; the checkpoint save failed"}, id="failed"),
+    pytest.param("its save timed out", "interrupted", {
+        **STEPPED, "save": "timed-out", "checkpoint": None,
+        "summary": "SIGTERM after step 48; the checkpoint save timed out"}, id="timed-out"),
+    pytest.param("the first full launch stopped", "interrupted", {
+        "signal": "SIGTERM", "line": 152, "step": None, "save": "pending", "checkpoint": None,
+        "summary": "SIGTERM before the first step; no checkpoint save logged"}, id="before-the-first-step"),
+    pytest.param("the next launch started", "waiting", None, id="restarted"),
+]
+
+
+@pytest.mark.parametrize("name, state, interruption", INTERRUPTIONS)
+def test_an_interrupted_launch_is_neither_running_nor_stalled(name, state, interruption):
+    status = status_of(cut(name))
+    assert (status["state"], status["interruption"]) == (state, interruption)
+    if interruption is not None:
+        assert status["eta_s"] is None, "an interrupted run arrives nowhere"
+
+
+@pytest.mark.parametrize("name, state, interruption", INTERRUPTIONS)
+def test_an_interruption_counts_while_its_record_is_still_open(name, state, interruption):
+    """Fed line by line and asked before the end of input, as the follower asks: the record last written may
+    still grow, and the trainer that wrote it is gone."""
+    parser = LogParser()
+    parser.feed(cut(name).split("\n")[:-1])
+    got = parser.snapshot().interruption
+    want = (interruption["save"], interruption["checkpoint"], interruption["step"]) if interruption else None
+    assert ((got.save, got.checkpoint, got.step) if got else None) == want
 
 
 def smoke_then_full(cut_in_full: int) -> str:
@@ -117,3 +247,15 @@ def test_the_launch_script_prints_the_marker_the_parser_reads():
     script = (PROJECT / "tests/golden/trainer/opt/gpuhosts/training/train_dflash_qwen36.sh").read_text()
     echoed = re.findall(r'echo "([^"$]*)"', script)
     assert [line for line in echoed if FULL_RUN_STARTS.match(line)] == [MARKER]
+
+
+@pytest.mark.parametrize("name, badge, says", [
+    pytest.param("whole", "interrupted", f"SIGTERM after step 48; checkpoint saved to {CHECKPOINT}", id="interrupted"),
+    pytest.param("before the last SIGTERM", "running", "", id="running"),
+])
+def test_the_page_says_the_run_was_interrupted(tmp_path, health_server, name, badge, says):
+    log = tmp_path / "train.log"
+    log.write_text(cut(name), encoding="utf-8", newline="")
+    page = app_for(tmp_path, log, health_server.url).test_client().get("/").get_data(as_text=True)
+    assert f'<span id="state" class="badge {badge}">{badge}</span>' in page
+    assert f'<span id="interruption" class="dim">{says}</span>' in page

@@ -1,6 +1,6 @@
 """The training monitor's /metrics: Prometheus's text format (read back by prometheus_client's own parser), the same
-numbers as /api/status, the stall verdict by the monitor's own rule, and exactly the names the metric catalog
-lists for it. "Now" is the app's clock; nothing waits."""
+numbers as /api/status, the stall verdict by the monitor's own rule (an interrupted launch apart), and exactly the
+names the metric catalog lists for it. "Now" is the app's clock; nothing waits."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from gpuhosts.metrics import catalog
 from gpuhosts.observability import MONITOR_RELEASE
 from gpuhosts_monitor.metrics import CONTENT_TYPE, FAMILIES
 from test_monitor import LOG_WRITTEN, TRAINING, app_for, health_server  # noqa: F401 - a fixture, used by name
+from test_monitor_h200_run import cut
 
 
 def scrape(tmp_path, log, url, age):
@@ -54,6 +55,28 @@ def test_metrics_say_what_the_status_says(tmp_path, health_server, log, age, sta
     assert samples[("gpuhosts_training_server_up", ())] == 1.0
     if stalled:
         assert ("gpuhosts_training_eta_seconds", ()) not in samples, "no ETA while stalled"
+
+
+# (cut of the real H200 log, age of its last write in s, state, stalled, interrupted): an hour after the last step a
+# launch that speculators' graceful shutdown ended is interrupted, not stalled; one that just stopped logging is
+# stalled (its steps came every 1-2 s, so the 120 s floor is the threshold)
+INTERRUPTED = [
+    pytest.param("whole", 3600, "interrupted", 0.0, 1.0, id="interrupted"),
+    pytest.param("before the last SIGTERM", 3600, "stalled", 1.0, 0.0, id="stalled"),
+    pytest.param("before the last SIGTERM", 5, "running", 0.0, 0.0, id="running"),
+    pytest.param("the next launch started", 3600, "waiting", 0.0, 0.0, id="restarted"),
+]
+
+
+@pytest.mark.parametrize("name, age, state, stalled, interrupted", INTERRUPTED)
+def test_an_interrupted_run_is_exported_apart_from_a_stalled_one(tmp_path, health_server, name, age, state, stalled,
+                                                                  interrupted):
+    log = tmp_path / "train.log"
+    log.write_text(cut(name), encoding="utf-8", newline="")
+    samples, status = scrape(tmp_path, log, health_server.url, age)
+    assert status["training"]["state"] == state
+    assert (samples[("gpuhosts_training_stalled", ())], samples[("gpuhosts_training_interrupted", ())]) == (
+        stalled, interrupted)
 
 
 def test_a_missing_log_exports_no_readings_but_every_family(tmp_path, health_server):

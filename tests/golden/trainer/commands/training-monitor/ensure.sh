@@ -18,7 +18,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py 0644 <<'GPUH
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:11a72c6b1cc2cf77]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:6988d89cdcf5878c]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py 0644 <<'GPUHOSTS_EOF'
@@ -30,11 +30,11 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py 0644 <<'GPUHOSTS_
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py.sha256 sha256:74aa3c6d2ad0be15]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py.sha256 sha256:ac4abfbe6bfd0f88]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py.sha256 sha256:9bfad1aa075dca6c]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py.sha256 sha256:c5fa5b3304ae3591]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py 0644 <<'GPUHOSTS_EOF'
@@ -42,7 +42,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py 0644 <<'GPUHO
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html.sha256 sha256:316b402a12535c43]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html.sha256 sha256:115b0a3cc26ac5c6]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-training-monitor.service 0644 <<'GPUHOSTS_EOF'
