@@ -114,8 +114,12 @@ def test_the_filler_is_deterministic_and_holds_the_needle_once():
 # A stand-in of liranringel/ddtree benchmark.py `main` at c96427a185677bf4133ed865dd1626a5041aef9b: the flags it
 # parses (tests/fixtures/ddtree/benchmark-args.json, captured from it), no figure printed, and the run it
 # torch.save-s at --save-path (here the fixture real torch 2.11 wrote, tests/fixtures/ddtree/README.md).
+# torch 2.11's message for a failed CUDA allocation (c10/cuda/CUDACachingAllocator.cpp), as a traceback ends with it.
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total capacity of "
+       "47.40 GiB of which 812.00 MiB is free. Including non-PyTorch memory, this process has 46.59 GiB memory in use.")
 STAND_IN = """
 import argparse, os, shutil, sys
+OOM = %r
 parser = argparse.ArgumentParser()
 for flag in ("--model-name-or-path", "--draft-name-or-path", "--dataset", "--save-path"):
     parser.add_argument(flag, required=True)
@@ -123,10 +127,11 @@ for flag in ("--max-samples", "--max-new-tokens", "--tree-budget", "--temperatur
     parser.add_argument(flag)
 args = parser.parse_args()
 if os.environ.get("STAND_IN_FAIL"):
-    print("torch.OutOfMemoryError: CUDA out of memory", file=sys.stderr)
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print(OOM, file=sys.stderr)
     raise SystemExit(1)
 shutil.copy(os.environ["STAND_IN_RUN"], os.environ.get("GPUHOSTS_HOST_ROOT", "") + args.save_path)
-"""
+""" % OOM
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["saved run", "failed run"])
@@ -155,8 +160,8 @@ def test_the_reference_job_runs_the_script_and_reads_its_saved_run(tmp_path, mon
     result = run_ddtree(str(reader), job)
     assert json.loads((tmp_path / "var/lib/b/ddtree/result.json").read_text()) == result
     if fail:
-        assert result["failures"][0].startswith("benchmark.py exited with status 1")
-        assert "CUDA out of memory" in result["failures"][0]
+        assert result["failures"][0].startswith("out of GPU memory: " + OOM)
+        assert "benchmark.py exited with status 1" in result["failures"][0]
         return
     expected = json.loads((fixtures / "run-mt-bench-t0.expected.json").read_text())
     assert result["dflash"]["acceptanceLength"] == expected["methods"]["dflash"]["acceptanceLength"]
@@ -164,3 +169,17 @@ def test_the_reference_job_runs_the_script_and_reads_its_saved_run(tmp_path, mon
     best = result["ddtree"]
     assert [r["acceptanceLength"] for r in table["rows"]] == [best["acceptanceLength"],
                                                                result["dflash"]["acceptanceLength"]]
+
+
+@pytest.mark.parametrize("lines, expected", [
+    (["loading", OOM], "out of GPU memory: " + OOM + " (benchmark.py exited with status 1; see LOG)"),
+    (["x", "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB", "done"],
+     "out of GPU memory: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB "
+     "(benchmark.py exited with status 1; see LOG)"),
+    (["a", "b", "c", "d", "e", "ValueError: no dataset"],
+     "benchmark.py exited with status 1; the end of LOG: b / c / d / e / ValueError: no dataset"),
+], ids=["torch.OutOfMemoryError", "the older torch.cuda name", "any other failure"])
+def test_the_reference_row_says_why_it_failed(lines, expected):
+    from gpuhosts.hostside.bench_probe import reference_failure
+
+    assert reference_failure(1, lines, "LOG") == expected

@@ -199,6 +199,11 @@ args = parser.parse_args()
 # What the authors' benchmark.py leaves behind: the run it torch.save-d (the fixture real torch wrote).
 shutil.copy(RUN, os.environ.get("GPUHOSTS_HOST_ROOT", "") + args.save_path)
 '''
+# The same stand-in when the target does not fit: benchmark.py dies with torch 2.11's message for a failed CUDA
+# allocation (torch.OutOfMemoryError; c10/cuda/CUDACachingAllocator.cpp builds the text) and saves nothing.
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 1 has a total capacity of "
+       "47.40 GiB of which 812.00 MiB is free. Including non-PyTorch memory, this process has 46.59 GiB memory in use.")
+OOM_STAND_IN = STAND_IN.replace("# What the authors'", f"import sys\nsys.exit('Traceback (most recent call last):\\n' + {OOM!r})\n# What the authors'")
 GIT = ["git", "-c", "user.name=gpuhosts tests", "-c", "user.email=tests@gpuhosts.invalid"]
 
 
@@ -206,9 +211,12 @@ def git(*args: str, cwd: Path) -> str:
     return subprocess.run([*GIT, *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
-def test_the_ddtree_reference_runs_after_the_services_and_adds_its_rows(installed, host, tmp_path, monkeypatch):
+@pytest.mark.parametrize("stand_in", [STAND_IN, OOM_STAND_IN], ids=["saved run", "out of GPU memory"])
+def test_the_ddtree_reference_runs_after_the_services_and_adds_its_rows(installed, host, tmp_path, monkeypatch,
+                                                                        stand_in):
     """The reference through the plan's own units: its checkout (a stand-in repository served bare over file://,
-    a patch made against it) and the benchmark's job, whose benchmark.py leaves the run real torch wrote."""
+    a patch made against it) and the benchmark's job, whose benchmark.py leaves the run real torch wrote, or dies
+    out of GPU memory: then its row says so, and the services are measured and restored all the same."""
     import gpuhosts.benchmarks as benchmarks
     import gpuhosts.plans.container_services as container_services
 
@@ -217,7 +225,7 @@ def test_the_ddtree_reference_runs_after_the_services_and_adds_its_rows(installe
     work = tmp_path / "ddtree-work"
     work.mkdir()
     git("init", "-q", "-b", "main", cwd=work)
-    (work / "benchmark.py").write_text(f"RUN = {str(fixture)!r}\n" + STAND_IN)
+    (work / "benchmark.py").write_text(f"RUN = {str(fixture)!r}\n" + stand_in)
     git("add", ".", cwd=work)
     git("commit", "-q", "-m", "release", cwd=work)
     bare = tmp_path / "ddtree.git"
@@ -249,6 +257,15 @@ def test_the_ddtree_reference_runs_after_the_services_and_adds_its_rows(installe
     report = parse_result(result.stdout).report
     table = rows(report)
     assert table["qwen-sglang"]["status"] == "ok" and table["qwen-vllm-dflash"]["status"] == "ok"
+    assert (state(tree, SGLANG), state(tree, VLLM)) == ("active", "inactive")
+    if stand_in is OOM_STAND_IN:
+        # A finding, not a failed benchmark: the row names torch's message; the table and its inputs are kept.
+        assert table["DDTree"]["status"] == ("failed: out of GPU memory: " + OOM + " (benchmark.py exited with status 1;"
+                                             " see /var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/benchmark.log)")
+        assert table["DDTree"]["acceptanceLength"] is None
+        assert json.loads((tree / RESULTS / "results.json").read_text()) == report
+        assert (tree / RESULTS / "inputs").exists()
+        return
     # make_latex_table's figures of the saved run (tests/fixtures/ddtree/run-mt-bench-t0.expected.json).
     expected = json.loads(fixture.with_name("run-mt-bench-t0.expected.json").read_text())["methods"]
     assert table["DFlash"]["acceptanceLength"] == expected["dflash"]["acceptanceLength"]

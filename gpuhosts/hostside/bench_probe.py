@@ -322,6 +322,7 @@ def run_ddtree(result_script: str, job: dict[str, Any]) -> dict[str, Any]:
     parser (gpuhosts/hostside/ddtree_result.py, shipped beside this script); the outcome goes to the job's `out`."""
     # Container paths; a simulated container lives under GPUHOSTS_HOST_ROOT (docs/fakehost-contract.md).
     root = os.environ.get("GPUHOSTS_HOST_ROOT", "")
+    named_log = job["log"]  # as the container names it, for the row
     job = {**job, **{k: root + job[k] for k in ("cwd", "save", "log", "out")},
            "argv": [root + job["argv"][0], *job["argv"][1:]]}
     os.makedirs(os.path.dirname(job["log"]), exist_ok=True)
@@ -331,9 +332,8 @@ def run_ddtree(result_script: str, job: dict[str, Any]) -> dict[str, Any]:
         status = subprocess.run(job["argv"], cwd=job["cwd"], stdout=log, stderr=subprocess.STDOUT).returncode
     if status != 0:
         with open(job["log"], errors="replace") as log:
-            tail = [line.rstrip() for line in log.readlines()[-5:]]
-        result = {"failures": [f"benchmark.py exited with status {status}; the end of {job['log']}: "
-                               + " / ".join(tail)]}
+            lines = [line.rstrip() for line in log.readlines()]
+        result = {"failures": [reference_failure(status, lines, named_log)]}
     else:
         reader = load_module("gpuhosts_ddtree_result", result_script)
         try:
@@ -343,6 +343,21 @@ def run_ddtree(result_script: str, job: dict[str, Any]) -> dict[str, Any]:
     with open(job["out"], "w") as handle:
         json.dump(result, handle, sort_keys=True)
     return result
+
+
+# torch's out-of-memory error as a traceback ends with it: the Python class torch.OutOfMemoryError (torch/__init__.py
+# @ v2.11.0, which the CUDA caching allocator raises) and its message "CUDA out of memory. Tried to allocate …"
+# (c10/cuda/CUDACachingAllocator.cpp `malloc`, the message it builds on a failed allocation).
+OUT_OF_MEMORY = ("torch.OutOfMemoryError:", "torch.cuda.OutOfMemoryError:", "CUDA out of memory")
+
+
+def reference_failure(status: int, lines: list[str], log: str) -> str:
+    """Why benchmark.py failed, as its row says it: out of GPU memory (torch's own message, which names what it tried
+    to allocate and what was free), or its exit status and the end of its log."""
+    for line in reversed(lines):
+        if any(mark in line for mark in OUT_OF_MEMORY):
+            return f"out of GPU memory: {line.strip()[:400]} (benchmark.py exited with status {status}; see {log})"
+    return f"benchmark.py exited with status {status}; the end of {log}: " + " / ".join(lines[-5:])
 
 
 def _read_json(path: str) -> dict:

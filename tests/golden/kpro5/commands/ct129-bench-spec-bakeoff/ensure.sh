@@ -4,7 +4,7 @@
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=8eb3547ff33008e042b8a6cfacb6560f
+inputs=f4a55da112a76395f13b7e36accaec94
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
@@ -22,7 +22,7 @@ script="$(cat <<'GPUHOSTS_INNER'
 work=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/run
 run_status=0
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:55edffc4d552eece]
+# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:153a93cac35c0706]
 GPUHOSTS_EOF
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py 0755 <<'GPUHOSTS_EOF'
 # [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py.sha256 sha256:410209d2e4a5cd1e]
@@ -91,8 +91,10 @@ for unit_name in "${stop_all[@]}"; do
 done
 client=/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py
 job='{"argv": ["/opt/gpuhosts/ddtree-spec-bakeoff/venv/bin/python", "benchmark.py", "--model-name-or-path", "/srv/models/Qwen3.6-27B", "--draft-name-or-path", "/srv/models/Qwen3.6-27B-DFlash", "--dataset", "mt-bench", "--max-samples", "16", "--max-new-tokens", "512", "--tree-budget", "16,32,64,128,256", "--temperature", "0.0", "--save-path", "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/run.pt"], "cuda": "0,1", "cwd": "/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b", "lock": "sha256:7687a757991e3e45", "log": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/benchmark.log", "out": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/result.json", "python": "/opt/gpuhosts/ddtree-spec-bakeoff/venv/bin/python", "result_script": "/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py", "save": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/run.pt"}'
+# The reference failing (out of GPU memory, a crash, a run it cannot read) is a finding its row names, not a failed
+# benchmark: the services' rows stand, they are restored as declared, and the same inputs are not run again.
 CUDA_VISIBLE_DEVICES=0,1 CUDA_DEVICE_ORDER=PCI_BUS_ID \
-  "$root"/opt/gpuhosts/ddtree-spec-bakeoff/venv/bin/python "$root$client" ddtree "$root"/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py "$job" || run_status=1
+  "$root"/opt/gpuhosts/ddtree-spec-bakeoff/venv/bin/python "$root$client" ddtree "$root"/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py "$job" || true
 [ -s "$root"/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/result.json ] || printf '{"failures":["the job gave no result"]}\n' >"$root"/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/result.json
 
 cd "$root$work"
