@@ -8,6 +8,8 @@ over SSH through the real host-unit provider, with figures in a form to compare 
                                                                               (one line per stack, in sync)
     parallel: units=<n> max_concurrent=<n> lock_waits=<n> failures=0          (a fresh converge of kpro5's units)
     critical: fresh_wall=<s> sum_units=<s>                                    (stand-in durations: see DURATIONS)
+    rollout: replicas=<n> requests=<n> failed=0 gate_failures_stopped=<ok>/<tried>
+                                  (tests/lifecycle/test_rollout.py: the real smg router, under load)
 
 A converge is the program run (the real __main__.py under the mock runtime) plus `pulumi up` of its resources.
 commands counts the units' creates, updates and deletes (a refresh's reads are not commands); writes2 counts the
@@ -249,6 +251,9 @@ def main() -> int:
         wall = time.monotonic() - began
         lines.append(f"critical: fresh_wall={wall:.1f}s sum_units={sum(op.seconds for op in ops):.1f}s")
         cbed.close()
+
+        print("rollout under load", flush=True)
+        lines.append(_rollout_line(check))
     finally:
         standin.shutdown()
         standin.server_close()
@@ -258,6 +263,27 @@ def main() -> int:
         print(f"{len(failures)} check(s) failed: " + "; ".join(failures))
     print("\n".join(lines))
     return 1 if failures else 0
+
+
+def _rollout_line(check) -> str:
+    """tests/lifecycle/test_rollout.py as it is (three replicas behind the real smg router, requests through it for
+    each whole `up`), its counts from the file it writes: requests and failures of both rollouts, and whether the
+    failed gate stopped its rollout with the other replicas serving."""
+    import json
+    import subprocess
+
+    from lifecycle.test_rollout import FIGURES
+
+    FIGURES.unlink(missing_ok=True)
+    result = subprocess.run([sys.executable, "-m", "pytest", str(TESTS / "lifecycle" / "test_rollout.py"), "-q",
+                             "-p", "no:xdist", "-o", "addopts="], cwd=TESTS.parent)
+    check(result.returncode == 0, "rollout: tests/lifecycle/test_rollout.py passed")
+    figures = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
+    rolled, gate = figures.get("rolled", {}), figures.get("gate_failure", {})
+    requests = rolled.get("requests", 0) + gate.get("requests", 0)
+    failed = rolled.get("failed", 0) + gate.get("failed", 0)
+    return (f"rollout: replicas={rolled.get('replicas', 0)} requests={requests} failed={failed} "
+            f"gate_failures_stopped={gate.get('stopped', 0)}/{int(bool(gate))}")
 
 
 def _refresh_line(stack: str, engine) -> str:

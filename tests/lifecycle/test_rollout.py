@@ -15,6 +15,7 @@ gate_failures_stopped=<ok>/<tried>`.
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -29,6 +30,7 @@ from fakehost import engines
 from fakehost.util import configure
 from sshhost import free_port
 from sshhost.bed import PROJECT, SECRETS, Bed, names
+from replicas_data import replica_stack
 from verify_gateway.run import install_env, site_packages
 
 FIGURES = PROJECT / "build" / "rollout-figures.json"
@@ -39,22 +41,27 @@ GPUS = ("0000:41:00.0", "0000:61:00.0", "0000:21:00.0")
 # The engine flag the rollouts change: accepted by SGLang 0.5.11 (server_args.py `--log-level`), ignored by the
 # stand-in, and part of each replica's ExecStart, so every replica's unit restarts.
 FLAG = "--log-level"
+# Tokens per streamed reply and the stand-in's pause before each: a request is in flight for about a fifth of a
+# second, so a replica stopped while the gateway still sends it requests cuts one off.
+TOKENS, TOKEN_DELAY_S = 16, 0.012
 # A cap on the load loop, which otherwise runs for exactly as long as the `up` it watches.
 MAX_REQUESTS = 20000
+BEHAVIOUR = {"tokens": TOKENS, "token_delay": TOKEN_DELAY_S}
 UNIT_FILE = "var/lib/lxc/129/rootfs/etc/systemd/system/gpuhosts-{}.service"
 
 
 class Load:
-    """Requests through the gateway from one thread, one after the other, until stopped (or MAX_REQUESTS): each
+    """Requests through the gateway from one thread per replica, each sending one after the other until stopped
+    (or MAX_REQUESTS in all), so that every replica nearly always holds a request when its turn comes: each
     recorded with the workers the gateway listed as ready just before it was sent, so that a request is known to
     have been served while a given replica was out."""
 
-    def __init__(self, gateway: str, key: str):
+    def __init__(self, gateway: str, key: str, clients: int = len(REPLICAS)):
         self.gateway, self.key = gateway, key
         self.sent: list[tuple[frozenset, bool, str]] = []
         self.stopping = threading.Event()
         self.first = threading.Event()
-        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.threads = [threading.Thread(target=self.loop, daemon=True) for _ in range(clients)]
 
     def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, str]:
         request = urllib.request.Request(self.gateway + path, method=method,
@@ -74,15 +81,24 @@ class Load:
         return frozenset(w["url"] for w in json.loads(text).get("workers", []) if w.get("status") == "ready")
 
     def one(self) -> tuple[bool, str]:
-        body = {"model": "qwen3.6-27b", "messages": [{"role": "user", "content": "Say one word."}], "max_tokens": 4}
+        """One streamed request; answered only when every token and the stream's end arrived. Streamed, because
+        smg retries a request that a worker refused on another one (`--retry-max-retries`, 5 by default: smg 1.13.0
+        router_args.py), so a replica restarted while still in the gateway fails no plain request; a stream it cuts
+        half-way has already been answered and cannot be retried."""
+        body = {"model": "qwen3.6-27b", "messages": [{"role": "user", "content": "Say one word."}],
+                "max_tokens": TOKENS, "stream": True}
         try:
             status, text = self.call("POST", "/v1/chat/completions", body)
-        except (urllib.error.URLError, OSError) as error:
-            return False, f"no answer: {error}"
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+            return False, f"cut off: {error!r}"
         if status != 200:
             return False, f"{status}: {text[:200]}"
-        reply = json.loads(text)
-        return bool(reply.get("choices")), text[:200]
+        events = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+        tokens = sum(1 for e in events if e != "[DONE]" and json.loads(e)["choices"]
+                     and json.loads(e)["choices"][0]["delta"].get("reasoning_content"))
+        if events[-1:] != ["[DONE]"] or tokens != TOKENS:
+            return False, f"stream ended after {tokens} of {TOKENS} tokens: {text[-200:]}"
+        return True, ""
 
     def loop(self) -> None:
         while not self.stopping.is_set() and len(self.sent) < MAX_REQUESTS:
@@ -96,15 +112,17 @@ class Load:
                 self.first.set()
 
     def __enter__(self) -> "Load":
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         # The loop runs before the `up` starts: its first answered request is the marker.
         assert self.first.wait(timeout=120), f"no request through the gateway was answered: {self.sent[-3:]}"
         return self
 
     def __exit__(self, *exc) -> None:
         self.stopping.set()
-        self.thread.join(timeout=120)
-        assert not self.thread.is_alive(), "the load loop did not stop"
+        for thread in self.threads:
+            thread.join(timeout=120)
+        assert not any(thread.is_alive() for thread in self.threads), "the load loop did not stop"
 
     def failed(self) -> list[str]:
         return [what for _, ok, what in self.sent if not ok]
@@ -130,6 +148,16 @@ def rollout_values(bed: Bed, ports: tuple[int, ...], gateway_port: int, flag_val
     return values
 
 
+def real_smg() -> Path:
+    """The site-packages of the gateway's locked environment (build/gateway/, tests/verify_gateway/run.py), installed
+    from the committed lock when its smg is not there yet."""
+    version = replica_stack().services[0].gateway.version
+    venv = PROJECT / "build" / "gateway" / f"smg-{version}"
+    if not list(venv.glob(f"lib/python*/site-packages/smg-{version}.dist-info")):
+        venv, _how = install_env()
+    return site_packages(venv)
+
+
 def unit_text(bed: Bed, replica: str) -> str:
     return (bed.tree / UNIT_FILE.format(replica)).read_text()
 
@@ -138,10 +166,10 @@ def unit_text(bed: Bed, replica: str) -> str:
 def rollout(tmp_path_factory):
     """kpro5 converged from its seed with the three replicas and the gateway serving (no VM holds the RTX 3090
     the third replica takes)."""
-    venv, _how = install_env()
+    site = real_smg()
     bed = Bed.seed(tmp_path_factory.mktemp("rollout") / "bed", vms=((101, "win-3090", "0000:01:00", True),))
-    configure(bed.tree, serve_engines=True, real_packages={"smg": str(site_packages(venv))},
-              engine_behaviour={name: {"tokens": 4} for name in REPLICAS})
+    configure(bed.tree, serve_engines=True, real_packages={"smg": str(site)},
+              engine_behaviour={name: BEHAVIOUR for name in REPLICAS})
     ports = tuple(free_port() for _ in REPLICAS)
     gateway_port = free_port()
     try:
@@ -193,8 +221,8 @@ def test_a_failed_gate_stops_the_rollout_at_its_replica_and_the_rest_keep_servin
     before = {replica: unit_text(bed, replica) for replica in REPLICAS}
     assert not any(f"{FLAG} debug" in text for text in before.values())
     # The second replica comes back from its restart with an acceptance length below the gate's minimum (2.0).
-    configure(bed.tree, engine_behaviour={**{name: {"tokens": 4} for name in REPLICAS},
-                                          REPLICAS[1]: {"tokens": 4, "acceptance_length": 1.2}})
+    configure(bed.tree, engine_behaviour={**{name: BEHAVIOUR for name in REPLICAS},
+                                          REPLICAS[1]: {**BEHAVIOUR, "acceptance_length": 1.2}})
     values = rollout_values(bed, ports, gateway_port, "debug")
     with Load(gateway_of(gateway_port), SECRETS["llmApiKey"]) as load:
         with pytest.raises(ApplyError) as error:
