@@ -74,7 +74,7 @@ def test_the_markdown_page_shows_units_and_dashes_for_what_a_run_cannot_have():
 
 def test_a_failure_text_cannot_break_the_markdown_table():
     table = build_table(["ttftS"], [service(passed=False, failures=["answered 400: a | b"])], None)
-    row = markdown("t", table).splitlines()[-1]
+    row = [line for line in markdown("t", table).splitlines() if line.startswith("| ")][-1]
     assert row.endswith("| failed: answered 400: a \\| b |")
 
 
@@ -183,3 +183,17 @@ def test_the_reference_row_says_why_it_failed(lines, expected):
     from gpuhosts.hostside.bench_probe import reference_failure
 
     assert reference_failure(1, lines, "LOG") == expected
+
+
+@pytest.mark.parametrize("ddtree, says", [
+    (None, ["services: the benchmark's prompts (shortChat, code, toolCall, longContext)"]),
+    ({**DDTREE, "args": {"dataset": "mt-bench", "maxSamples": 16}},
+     ["services: the benchmark's prompts (shortChat, code, toolCall, longContext)", "ddtree reference: its data set mt-bench (16 samples) with thinking off "
+      "(benchmark.py enable_thinking=False): not the services' prompts"]),
+], ids=["services only", "with the reference"])
+def test_the_table_says_what_each_row_answered_and_how_acceptance_is_counted(ddtree, says):
+    table = build_table(["acceptanceLength"], [service(acceptanceLength=3.1)], ddtree)
+    assert table["notes"][0].startswith("acceptance length: tokens per target verify step, the bonus token included")
+    assert [n.split(", the chat")[0] for n in table["notes"][1:]] == says
+    page = markdown("t", table)
+    assert all(f"- {note}" in page for note in table["notes"])

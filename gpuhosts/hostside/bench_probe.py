@@ -246,7 +246,36 @@ def build_table(measure: list[str], services: list[dict], ddtree: dict | None) -
                     row["acceptanceLength"] = figures["acceptanceLength"]
                 row["status"] = "ok"
                 rows.append(row)
-    return {"columns": ["run", "method", *measure, "status"], "rows": rows}
+    return {"columns": ["run", "method", *measure, "status"], "rows": rows, "notes": table_notes(services, ddtree)}
+
+
+# One definition of acceptance length in every row: tokens emitted per target verify step, the bonus token included.
+# vLLM: 1 + accepted / drafts over its counters (vllm/v1/spec_decode/metrics.py `SpecDecodingLogging.log`,
+# "mean acceptance length includes the bonus token"); SGLang: accepted tokens + one per request over verify steps
+# (sglang/srt/managers/scheduler_metrics_mixin.py `update_spec_metrics` and `log_decode_stats`, the gauge
+# sglang:spec_accept_length over the last decode-log window); DDTree and its DFlash: each round's accepted nodes with
+# the root, and accepted draft tokens + 1 (liranringel/ddtree c96427a ddtree.py `follow_verified_tree`, dflash.py
+# `dflash_generate`), averaged as its make_latex_table.py does.
+ACCEPTANCE_NOTE = ("acceptance length: tokens per target verify step, the bonus token included, in every row "
+                   "(vLLM 1 + accepted/drafts from its counters; SGLang's spec_accept_length gauge; DDTree's "
+                   "acceptance_lengths as benchmark.py saves them)")
+
+
+def table_notes(services: list[dict], ddtree: dict | None) -> list[str]:
+    """What the rows answered and how acceptance is counted. The services answer the benchmark's prompts through
+    the target's chat template as each engine applies it (no chat_template_kwargs: the template's own thinking
+    default); DDTree's benchmark.py answers its data set with enable_thinking=False (benchmark.py `main` at
+    c96427a), so until it runs the same prompts its rows are not the services' prompts, and the table says so."""
+    notes = [ACCEPTANCE_NOTE]
+    if services:
+        notes.append("services: the benchmark's prompts (shortChat, code, toolCall, longContext), the chat "
+                     "template's default thinking")
+    if ddtree is not None:
+        args = ddtree.get("args") or {}
+        notes.append(f"ddtree reference: its data set {args.get('dataset') or '(as declared)'}"
+                     + (f" ({args['maxSamples']} samples)" if args.get("maxSamples") else "")
+                     + " with thinking off (benchmark.py enable_thinking=False): not the services' prompts")
+    return notes
 
 
 def _cell(name: str, value: Any) -> str:
@@ -266,6 +295,8 @@ def markdown(title: str, table: dict) -> str:
     lines = [f"# {title}", "", "| " + " | ".join(heads) + " |", "|" + " --- |" * len(heads)]
     for row in table["rows"]:
         lines.append("| " + " | ".join(_cell(c, row.get(c)) for c in table["columns"]) + " |")
+    if table.get("notes"):
+        lines += ["", *(f"- {note}" for note in table["notes"])]
     return "\n".join(lines) + "\n"
 
 

@@ -4,7 +4,7 @@
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=f4a55da112a76395f13b7e36accaec94
+inputs=e528f99ed92c1c9be10dcd730d81dfd4
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
@@ -22,7 +22,7 @@ script="$(cat <<'GPUHOSTS_INNER'
 work=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/run
 run_status=0
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:153a93cac35c0706]
+# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:dc151077c008dcdf]
 GPUHOSTS_EOF
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py 0755 <<'GPUHOSTS_EOF'
 # [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py.sha256 sha256:410209d2e4a5cd1e]
