@@ -8,6 +8,7 @@ config path (`gpuhosts:gpus[2].container`) and say how to fix it.
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 from enum import Enum
 from typing import Any
@@ -21,6 +22,7 @@ from gpuhosts.fields import (
     USER_NAME,
     control_characters,
     host_address,
+    ip_address,
     placeholder_address,
     placeholder_digest,
     placeholder_url,
@@ -28,7 +30,7 @@ from gpuhosts.fields import (
 )
 
 NAMESPACE = "gpuhosts"
-SECTIONS = ("kind", "host", "nvidia", "gpus", "containers", "services", "benchmarks")
+SECTIONS = ("kind", "host", "nvidia", "gpus", "containers", "services", "benchmarks", "monitoring")
 # Secret keys gpuhosts itself reads; services may name more (apiKeySecret).
 SECRET_KEYS = ("sshPrivateKey", "hfToken")
 
@@ -233,6 +235,54 @@ class ContainerConfig(_Model):
     )
 
 
+
+class MonitoringSpec(_Model):
+    """`gpuhosts:monitoring`: the exporters gpuhosts runs beside a stack and the files it writes for a Prometheus
+    (and a Grafana) the user runs: alert rules, scrape targets, dashboards. Absent, none of it is installed."""
+
+    bind: str = Field("127.0.0.1", description="Address the node and DCGM exporters listen on. Default 127.0.0.1: "
+                                               "scraped by a Prometheus on the same machine; an address of the "
+                                               "network only with intent.")
+    node_exporter_port: int = Field(9100, ge=1024, le=65535, description="Port of the node exporter. Default 9100.")
+    dcgm_exporter_port: int = Field(9400, ge=1024, le=65535, description="Port of the DCGM exporter. Default 9400.")
+    gpu_memory_full_ratio: float = Field(0.98, gt=0, le=1, description="Alert when a GPU's framebuffer is this full "
+                                         "for 15 minutes. Default 0.98 (the engines reserve about 0.9 on purpose).")
+    disk_free_ratio: float = Field(0.1, gt=0, lt=1, description="Alert when the training node's storage has less "
+                                                                "than this share free. Default 0.1.")
+    files_dir: str = Field("/etc/gpuhosts/monitoring", description="Folder on the host (the training node) the "
+                           "rule files, file_sd targets, scrape fragments, DCGM counters and dashboards are written "
+                           "to, for a Prometheus and a Grafana to read. Default /etc/gpuhosts/monitoring.")
+    monitor_token_file: str | None = Field(None, description="Training node: the file a Prometheus reads the "
+                                           "monitor's bearer token from (scrape_config authorization "
+                                           "credentials_file), never the token itself. Default the monitor's own "
+                                           "token file (/etc/gpuhosts/monitor.token, root's, 0600): a Prometheus "
+                                           "that is not root needs a copy it may read, named here.")
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, value: str) -> str:
+        return ip_address(value)
+
+    @field_validator("files_dir")
+    @classmethod
+    def _files_dir(cls, value: str) -> str:
+        # A folder of its own: teardown removes what gpuhosts wrote there and then the folder once it is empty.
+        path = _absolute(value)
+        if path.count("/") < 2:
+            raise ValueError(f"{path} is a top-level directory; give a folder of its own, e.g. /etc/gpuhosts/monitoring")
+        return path
+
+    @field_validator("monitor_token_file")
+    @classmethod
+    def _token_file(cls, value: str | None) -> str | None:
+        return value if value is None else _absolute(value)
+
+
+def _absolute(value: str) -> str:
+    if not value.startswith("/") or posixpath.normpath(value) != value:
+        raise ValueError(f"{value!r} is not an absolute, normalised path (from /, no '.', '..', '//' or trailing /)")
+    return value
+
 class StackConfig(_Model):
     host: HostConfig
     nvidia: NvidiaConfig | None = None
@@ -244,6 +294,8 @@ class StackConfig(_Model):
     service_warnings: tuple[str, ...] = ()
     # gpuhosts.benchmarks.BenchmarkConfig entries.
     benchmarks: tuple[Any, ...] = ()
+    # Exporters and the files a Prometheus reads; None: no monitoring is installed.
+    monitoring: MonitoringSpec | None = None
 
     def benchmarks_in(self, vmid: int) -> list[Any]:
         return [b for b in self.benchmarks if b.container == vmid]

@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field, field_validator
-
-from gpuhosts.config import StackConfig, _Model
-from gpuhosts.fields import ip_address, is_loopback
+from gpuhosts.config import MonitoringSpec, StackConfig
+from gpuhosts.fields import is_loopback
 from gpuhosts.metrics import Catalog, catalog
 from gpuhosts.services import ServiceConfig, SpecMethod
 from gpuhosts.training import TrainerStack
@@ -26,6 +24,9 @@ JOB_PREFIX = "gpuhosts-"
 NODE_EXPORTER_RELEASE = "1.5.0"
 DCGM_EXPORTER_RELEASE = "4.5.3-4.8.2"
 MONITOR_RELEASE = "current"
+# Where the monitor's unit keeps its token (gpuhosts/plans/training_monitor.py MONITOR_TOKEN, which a plan may not
+# import from here); tests/test_observability_stack.py keeps the two equal.
+MONITOR_TOKEN_FILE = "/etc/gpuhosts/monitor.token"
 # Acceptance is judged over a longer window than a scrape: SGLang's gauges cover its last decode-log window (about
 # 40 steps), vLLM's counters move only with traffic; ten minutes is the issue's "stays below" for decode speed too.
 SUSTAINED = "10m"
@@ -33,26 +34,6 @@ RATE_WINDOW = "5m"
 # The alert of a target that does not answer its scrape, by job.
 DOWN_ALERTS = {"engines": "GpuhostsServiceDown", "node": "GpuhostsNodeExporterDown", "dcgm": "GpuhostsDcgmExporterDown",
                "hidden-state-server": "GpuhostsHiddenStateServerDown", "training-monitor": "GpuhostsTrainingMonitorDown"}
-
-
-class MonitoringSpec(_Model):
-    """`gpuhosts:monitoring`: the exporters gpuhosts runs and the thresholds of the alert rules it writes for a
-    Prometheus the user runs. The engines' thresholds are each service's deploy gate (`services[].gate`)."""
-
-    bind: str = Field("127.0.0.1", description="Address the node and DCGM exporters listen on. Default 127.0.0.1: "
-                                               "scraped by a Prometheus on the same machine; an address of the "
-                                               "network only with intent.")
-    node_exporter_port: int = Field(9100, ge=1024, le=65535, description="Port of the node exporter. Default 9100.")
-    dcgm_exporter_port: int = Field(9400, ge=1024, le=65535, description="Port of the DCGM exporter. Default 9400.")
-    gpu_memory_full_ratio: float = Field(0.98, gt=0, le=1, description="Alert when a GPU's framebuffer is this full "
-                                         "for 15 minutes. Default 0.98 (the engines reserve about 0.9 on purpose).")
-    disk_free_ratio: float = Field(0.1, gt=0, lt=1, description="Alert when the training node's storage has less "
-                                                                "than this share free. Default 0.1.")
-
-    @field_validator("bind")
-    @classmethod
-    def _bind(cls, value: str) -> str:
-        return ip_address(value)
 
 
 @dataclass(frozen=True)
@@ -65,6 +46,8 @@ class Target:
     place: str
     address: str
     labels: dict[str, str] = field(default_factory=dict)
+    # A target behind a bearer token: the file its Prometheus reads the token from, never the token itself.
+    credentials_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,7 +88,7 @@ def watch_proxmox(stack: StackConfig, name: str, spec: MonitoringSpec = Monitori
     its container."""
     host = {"gpuhosts_host": name}
     targets = [Target("node", "node", NODE_EXPORTER_RELEASE, "host", scrape_address(spec.bind, spec.node_exporter_port), host)]
-    if stack.nvidia is not None:
+    if stack.nvidia is not None and stack.nvidia_gpus:
         targets.append(Target("dcgm", "dcgm", DCGM_EXPORTER_RELEASE, "host",
                               scrape_address(spec.bind, spec.dcgm_exporter_port), host))
     engines = []
@@ -139,7 +122,9 @@ def watch_trainer(stack: TrainerStack, spec: MonitoringSpec = MonitoringSpec()) 
         Target("hidden-state-server", "vllm", training.vllm.version, node.name,
                scrape_address("127.0.0.1", training.server.port), host),
         Target("training-monitor", "monitor", MONITOR_RELEASE, node.name,
-               scrape_address(training.monitor.bind, training.monitor.port), host),
+               scrape_address(training.monitor.bind, training.monitor.port), host,
+               credentials_file=(spec.monitor_token_file or MONITOR_TOKEN_FILE) if training.monitor.token_secret
+               else None),
     )
     return Watch(node.name, targets, storage=node.storage, hidden_state_server=True, spec=spec)
 
@@ -158,11 +143,20 @@ def file_sd(watch: Watch) -> dict[str, list[dict[str, Any]]]:
 
 def scrape_configs(watch: Watch, sd_dir: str, place: str) -> list[dict[str, Any]]:
     """The scrape_configs a Prometheus in `place` needs: one job per kind of target, reading the place's files."""
-    jobs: dict[str, str] = {}
+    jobs: dict[str, Target] = {}
     for target in watch.targets:
         if target.place == place:
-            jobs.setdefault(target.job, f"{sd_dir}/{target.place}-{target.job}.json")
-    return [{"job_name": JOB_PREFIX + job, "file_sd_configs": [{"files": [path]}]} for job, path in sorted(jobs.items())]
+            jobs.setdefault(target.job, target)
+    configs = []
+    for job, target in sorted(jobs.items()):
+        config: dict[str, Any] = {"job_name": JOB_PREFIX + job,
+                                  "file_sd_configs": [{"files": [f"{sd_dir}/{target.place}-{job}.json"]}]}
+        if target.credentials_file:
+            # scrape_config `authorization` (type Bearer by default): Prometheus reads the file at each scrape, so
+            # the token is in no file gpuhosts renders and a rotated one is picked up without a reload.
+            config["authorization"] = {"type": "Bearer", "credentials_file": target.credentials_file}
+        configs.append(config)
+    return configs
 
 
 def places(watch: Watch) -> list[str]:

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from gpuhosts.benchmarks import BenchmarkConfig
-from gpuhosts.config import KIND_HELP, NAMESPACE, ContainerConfig, GpuConfig, HostConfig, NvidiaConfig
+from gpuhosts.config import KIND_HELP, NAMESPACE, ContainerConfig, GpuConfig, HostConfig, MonitoringSpec, NvidiaConfig
 from gpuhosts.plan import load_stack, read_stack_file, stand_in_secrets
 from gpuhosts.render import PROJECT_ROOT
 from gpuhosts.services import ServiceConfig
@@ -26,8 +26,8 @@ from gpuhosts.training import NodeConfig, TrainingConfig
 KINDS = {
     "proxmox": [("host", HostConfig, False), ("nvidia", NvidiaConfig, False), ("gpus[]", GpuConfig, True),
                 ("containers[]", ContainerConfig, True), ("services[]", ServiceConfig, True),
-                ("benchmarks[]", BenchmarkConfig, True)],
-    "trainer": [("node", NodeConfig, False), ("training", TrainingConfig, False)],
+                ("benchmarks[]", BenchmarkConfig, True), ("monitoring", MonitoringSpec, False)],
+    "trainer": [("node", NodeConfig, False), ("training", TrainingConfig, False), ("monitoring", MonitoringSpec, False)],
 }
 SECRETS = {
     "proxmox": [("sshPrivateKey", "secret: the SSH private key"),

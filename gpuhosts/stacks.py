@@ -21,6 +21,7 @@ from gpuhosts.config import (
     ContainerConfig,
     GpuConfig,
     HostConfig,
+    MonitoringSpec,
     NvidiaConfig,
     Problem,
     StackConfig,
@@ -89,9 +90,11 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     if not raw.get("gpus"):
         problems.append(Problem(path=f"{NAMESPACE}:gpus", message="declares no GPU; list the host's GPUs with their `use`"))
     problems += _cross_field_problems(host, nvidia, raw.get("nvidia") is not None, gpus, containers)
+    monitoring = monitoring_section(raw, problems)
     if problems:
         raise ConfigError(problems)
-    stack = StackConfig(host=host, nvidia=nvidia, gpus=tuple(g for _, g in gpus), containers=tuple(c for _, c in containers))
+    stack = StackConfig(host=host, nvidia=nvidia, gpus=tuple(g for _, g in gpus), containers=tuple(c for _, c in containers),
+                        monitoring=monitoring)
     if not services and not benchmarks:
         return stack
     service_warnings = check_stack_services(services, stack, set(secret_keys), problems) if services else []
@@ -137,6 +140,7 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
             node, training = (value, training) if key == "node" else (node, value)
     if node is not None:
         problems += ssh_problems("node", node.ssh)
+    monitoring = monitoring_section(raw, problems)
     multi_node = None
     if raw.get("multiNode") is not None:
         multi_node = _validate_at(MultiNodeConfig, raw["multiNode"], ("multiNode",), problems)
@@ -172,7 +176,16 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
         if model_facts(spec.repo).num_layers is None and spec.num_layers is None:
             warnings.append(f"{NAMESPACE}:{field}.repo {spec.repo} is not in the known-models table: its layer count "
                             "is not checked after the download (give numLayers to check it)")
-    return TrainerStack(node=node, training=training, warnings=tuple(warnings), multi_node=multi_node)
+    return TrainerStack(node=node, training=training, warnings=tuple(warnings), multi_node=multi_node,
+                        monitoring=monitoring)
+
+
+def monitoring_section(raw: dict[str, Any], problems: list[Problem]) -> MonitoringSpec | None:
+    """`gpuhosts:monitoring`, typed; absent (or null), nothing of it is installed. `{}` is every default:
+    exporters on loopback."""
+    if raw.get("monitoring") is None:
+        return None
+    return _validate_at(MonitoringSpec, raw["monitoring"], ("monitoring",), problems)
 
 
 def multi_node_problems(node: NodeConfig, training: TrainingConfig, multi: MultiNodeConfig) -> list[Problem]:

@@ -17,13 +17,13 @@ from pydantic import Field, field_validator, model_validator
 
 from gpuhosts.compat_data import dataset_files, dataset_overlaps, dataset_rows
 from gpuhosts.dataset_size import estimate
-from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, Problem, SshConfig, _Model
+from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, MonitoringSpec, Problem, SshConfig, _Model
 from gpuhosts.fields import HF_REPO, below, host_address, ip_address, is_loopback, safe_directory
 from gpuhosts.hostside.dataset_prepare import CONVERTERS, READABLE, split_files, split_patterns
 from gpuhosts.hostside.drafter_config import compare_declared, parse_drafter_config, target_layer_ids
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
 
-TRAINER_SECTIONS = ("kind", "node", "training", "multiNode")
+TRAINER_SECTIONS = ("kind", "node", "training", "multiNode", "monitoring")
 TRAINER_SECRET_KEYS = ("sshPrivateKey", "hfToken")
 # The Flask release of the monitor's environment: the one it is tested with (uv.lock); tests/test_monitor_deploy.py
 # keeps them equal.
@@ -547,6 +547,8 @@ class TrainerStack:
     warnings: tuple[str, ...] = ()
     # Further nodes of a multi-node run, planned and checked only (gpuhosts/plans/multi_node.py).
     multi_node: MultiNodeConfig | None = None
+    # Exporters and the files a Prometheus reads (`gpuhosts:monitoring`); None: none are installed.
+    monitoring: MonitoringSpec | None = None
 
     @property
     def storage(self) -> str:

@@ -56,12 +56,19 @@ def applied(bed: Bed) -> dict:
             for urn, entry in bed.engine.state().items()}
 
 
+# gpuhosts:monitoring's units beside the host's chain: the node exporter and the files wait for the vfio binding,
+# the DCGM exporter for the driver.
+MONITORING = ("node-exporter", "monitoring-files", "dcgm-exporter")
+
+
 def test_up_from_the_seed_reaches_the_kpro5_state(template):
     bed, _program, start, after, ops = template
-    order = order_of(bed)
+    order = [key for key in order_of(bed) if key not in MONITORING]
     assert order[:2] == ["vfio-binding", "nvidia-driver"] and order[-1] == "ct129-nvidia-userspace", order
-    # The units form a chain, so the ops end in the apply order.
-    assert [(op.name, op.operation) for op in ops] == [(name, "create") for name in order]
+    # The host's units form a chain, so their ops end in the apply order.
+    assert [(op.name, op.operation) for op in ops if op.name not in MONITORING] == [(name, "create") for name in order]
+    assert sorted((op.name, op.operation) for op in ops if op.name in MONITORING) == sorted(
+        (name, "create") for name in MONITORING)
     assert all(op.changed for op in ops), [(op.name, op.changed) for op in ops]
     assert after != start
 
@@ -78,11 +85,24 @@ def test_up_from_the_seed_reaches_the_kpro5_state(template):
     assert bed.problems() == []
 
     state = {entry["name"]: entry for entry in bed.engine.state().values() if "ensure" in entry["inputs"]}
-    assert sorted(state) == sorted(order)
+    assert sorted(state) == sorted(order_of(bed))
     # The vfio binding rewrote the initramfs: the host needs a reboot for it, and says so as an output.
     assert state["vfio-binding"]["outputs"]["rebootRequired"] is True
     # The state holds what the provider observed after its own refresh: the desired facts.
     assert all(entry["outputs"]["facts"] == entry["inputs"]["facts"] for entry in state.values())
+
+
+def test_the_exporters_run_on_loopback_and_the_packages_own_units_stay_masked(template):
+    bed = template[0]
+    for ours, theirs, program in (
+            ("gpuhosts-node-exporter.service", "prometheus-node-exporter.service", "/usr/bin/prometheus-node-exporter"),
+            ("gpuhosts-dcgm-exporter.service", "nvidia-dcgm-exporter.service", "/usr/bin/dcgm-exporter")):
+        states = bed.on_host(f"systemctl is-active {ours}; systemctl is-enabled {theirs}; "
+                             f"systemctl is-active {theirs}; test -x \"$GPUHOSTS_HOST_ROOT{program}\" && echo program")
+        assert states.stdout.split() == ["active", "masked", "inactive", "program"], (ours, states)
+    assert "--web.listen-address=127.0.0.1:9100" in bed.text("/etc/systemd/system/gpuhosts-node-exporter.service")
+    rules = bed.text("/etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-kpro5.rules.yml")
+    assert "GpuhostsGpuXid" in rules and "GpuhostsNodeExporterDown" in rules
 
 
 def test_up_again_runs_nothing_and_every_ensure_script_changes_nothing(template, converged):
@@ -156,7 +176,10 @@ def test_destroy_returns_to_the_start_and_keeps_the_container_disk(template, con
     assert disk_line
 
     ops = converged.destroy()
-    assert names(ops) == list(reversed(order_of(converged)))
+    # the host's chain in reverse; the monitoring units, independent of it, whenever their turn comes
+    assert [n for n in names(ops) if n not in MONITORING] == [
+        n for n in reversed(order_of(converged)) if n not in MONITORING]
+    assert sorted(n for n in names(ops) if n in MONITORING) == sorted(MONITORING)
     assert {e["name"] for e in converged.engine.state().values()} <= {"kpro5"}  # only the component may be left
     assert model.read_text() == '{"num_hidden_layers": 64}\n'
     assert [line for line in converged.text("/etc/pve/lxc/129.conf").splitlines() if line.startswith("rootfs:")] == disk_line

@@ -39,15 +39,22 @@ ExecStart=/bin/true
 """
 
 
-def host_boot_units() -> dict[str, str]:
-    """name -> text of every systemd unit file the kpro5 host itself (not a container) receives."""
+def host_units(*kinds: str) -> dict[str, str]:
+    """name -> text of every systemd unit file the kpro5 host itself (not a container) receives from units of
+    `kinds`."""
     graph = plan_host(validate_stack(kpro5_values(), KPRO5_SECRETS))
-    return {f.path.rsplit("/", 1)[1]: f.content for unit in graph.apply_order if unit.container is None
+    return {f.path.rsplit("/", 1)[1]: f.content for unit in graph.apply_order
+            if unit.container is None and unit.kind in kinds
             for f in unit.files if f.path.startswith("/etc/systemd/system/") and f.path.endswith(".service")}
 
 
+def host_boot_units() -> dict[str, str]:
+    """The units that must be in place before the guests start: the driver's and the containers' device nodes."""
+    return host_units("NvidiaDriver", "LxcGpuPassthrough")
+
+
 def programs(text: str) -> set[str]:
-    lines = re.findall(r"^Exec\w*=(.+)$", text, re.M)
+    lines = re.findall(r"^Exec\w*=(.+)$", text.replace("\\\n", " "), re.M)
     return {shlex.split(line.lstrip("-@+!:"))[0] for line in lines}
 
 
@@ -78,6 +85,13 @@ def test_the_kpro5_host_renders_both_boot_units():
 
 def test_the_verifier_finds_nothing_wrong_with_the_boot_units(tmp_path):
     units = host_boot_units()
+    result = verify(make_root(tmp_path, units), *units)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_the_verifier_finds_nothing_wrong_with_the_exporters(tmp_path):
+    units = host_units("NodeExporter", "DcgmExporter")
+    assert set(units) == {"gpuhosts-node-exporter.service", "gpuhosts-dcgm-exporter.service"}
     result = verify(make_root(tmp_path, units), *units)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 

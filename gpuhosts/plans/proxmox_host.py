@@ -10,10 +10,12 @@ from gpuhosts.hostside.drafter_config import target_layer_ids
 from gpuhosts.plans.inference_service import engine_args, engine_environment, environment_file, venv_path
 from gpuhosts.plans.container_userspace import plan_container_userspace
 from gpuhosts.plans.host_reboot import plan_host_reboot
+from gpuhosts.plans.monitoring_files import plan_monitoring
 from gpuhosts.plans.lxc_gpu_passthrough import UVM_AT_BOOT, devices_key, plan_container_devices, plan_uvm_at_boot
 from gpuhosts.plans.nvidia_driver import UNIT as DRIVER, plan_nvidia_driver
 from gpuhosts.plans.vfio_binding import UNIT as VFIO, plan_vfio_binding
 from gpuhosts.config import GpuUse, StackConfig
+from gpuhosts.observability import watch_proxmox
 from gpuhosts.units import Group, Unit, UnitGraph, within
 
 
@@ -40,6 +42,11 @@ def plan_host(config: StackConfig) -> UnitGraph:
             plan_container_userspace(config, container, (devices_key(container.vmid),))])
         units += plan_container_services(config, container)
         groups += plan_container_groups(config, container)
+    if config.monitoring is not None:
+        # After the host's first unit, whose refusal leaves the host untouched; DCGM waits for the driver (and the
+        # reboot that loads it).
+        units += plan_monitoring(watch_proxmox(config, config.host.name, config.monitoring), (VFIO,),
+                                 (gpu_ready,) if config.nvidia is not None and config.nvidia_gpus else None)
     return UnitGraph(units, groups)
 
 

@@ -21,12 +21,14 @@ from gpuhosts.engines import DRIVERS
 from gpuhosts.engines import speculators as speculators_driver
 from gpuhosts.engines.vllm import VllmDriver
 from gpuhosts.envspec import EnvSpec
+from gpuhosts.observability import watch_trainer
 from gpuhosts.plans.dataset_mix import plan_dataset_prepare
 from gpuhosts.plans.dataset_stage import plan_dataset_stage
 from gpuhosts.plans.drafter_convert import ConvertedDrafter, plan_drafter_convert
 from gpuhosts.plans.hidden_state_gate import plan_hidden_state_check, state_probe
 from gpuhosts.plans.hidden_state_server import SERVER_UNIT, HiddenStateServer, plan_hidden_state_server
 from gpuhosts.plans.model_download import Download, plan_model_download
+from gpuhosts.plans.monitoring_files import plan_monitoring
 from gpuhosts.plans.node_preflight import PREFLIGHT, disk_needed_gb, plan_preflight
 from gpuhosts.plans.node_units import TrainingData, dataset_key
 from gpuhosts.plans.python_env import plan_env
@@ -124,6 +126,10 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     # The monitor only reads the training's log and checkpoints: it waits for its environment alone.
     monitor = plan_training_monitor(stack, envs.monitor, job.log, server.url, (env_steps["monitor"].key,))
 
+    # The exporters wait for the pre-flight alone, which has seen the driver the DCGM exporter reads.
+    watching = (plan_monitoring(watch_trainer(stack, stack.monitoring), (PREFLIGHT,), (PREFLIGHT,))
+                if stack.monitoring is not None else [])
+
     # The resource tree: the job with its data and starting drafter, the server with its check, the monitor; the
     # pre-flight, the shared environment and the weights stay under the node, as several of them read those.
     job_at, server_at, monitor_at = ((("TrainingJobStack", "training"),), (("HiddenStateServerStack", "hidden-states"),),
@@ -131,7 +137,7 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     graph = UnitGraph([preflight, env_steps["speculators"], *within(server_at, [env_steps["vllm"]]),
                        *within(monitor_at, [env_steps["monitor"]]), *download_steps.values(),
                        *within(job_at, [drafter.unit, data.unit]), *within(server_at, [server.unit, check]),
-                       *within(job_at, [job.unit]), *within(monitor_at, [monitor])],
+                       *within(job_at, [job.unit]), *within(monitor_at, [monitor]), *watching],
                       [Group(job_at, {"checkpoints": stack.checkpoints, "log": job.log, "dataset": data.data_path})])
     # prepare_data.py is checked against v0.7.0's parser by tests/test_dataset_prepare_unit.py; the captured flag
     # tables of engine_invocations' check do not cover it.

@@ -790,6 +790,57 @@ def cmd_apt_get(argv):
         print(f"{verb} {p} ({pkg_version(p)}) ...")
     new = have + todo if sub == "install" else [p for p in have if p not in todo]
     write(r / "var/lib/fakehost/dpkg-installed", "".join(p + "\n" for p in new))
+    for p in todo:
+        if p in PAYLOADS:
+            unpack(r, p) if sub == "install" else remove_payload(r, p, purge=sub == "purge")
+
+
+# What a package's converge reads of it: its program and its own unit, and whether its maintainer scripts start
+# that unit. Debian 12's prometheus-node-exporter 1.5.0-1+b6 (read from the installed package): the unit below
+# (ExecStart with $ARGS, empty in /etc/default/prometheus-node-exporter), enabled and started by its postinst
+# through deb-systemd-invoke, which starts a unit only when `systemctl is-enabled` says enabled (init-system-helpers
+# 1.65.2 script/deb-systemd-invoke), so a masked one stays stopped. NVIDIA's dcgm-exporter host package (NVIDIA/
+# dcgm-exporter 4.5.3-4.8.2 packaging/config-files/systemd/nvidia-dcgm-exporter.service, Makefile `install`): its
+# packaging scripts write no maintainer script (hack/package/test.sh @ 7ad58324), so nothing starts its unit.
+PAYLOADS = {
+    "prometheus-node-exporter": ("usr/bin/prometheus-node-exporter", "prometheus-node-exporter.service", True,
+                                 "[Unit]\nDescription=Prometheus exporter for machine metrics\n\n[Service]\n"
+                                 "Restart=on-failure\nUser=prometheus\n"
+                                 "EnvironmentFile=/etc/default/prometheus-node-exporter\n"
+                                 "ExecStart=/usr/bin/prometheus-node-exporter $ARGS\n\n"
+                                 "[Install]\nWantedBy=multi-user.target\n"),
+    "datacenter-gpu-manager-exporter": ("usr/bin/dcgm-exporter", "nvidia-dcgm-exporter.service", False,
+                                        "[Unit]\nDescription=NVIDIA DCGM-exporter service\n\n[Service]\nUser=root\n"
+                                        "ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv\n"
+                                        "Restart=on-abort\n\n[Install]\nWantedBy=multi-user.target\n"),
+}
+
+
+def unpack(r, package):
+    from . import systemd  # systemd imports this module
+
+    program, unit_name, starts, unit_text = PAYLOADS[package]
+    write(r / program, "#!/bin/sh\n# fakehost: the program of " + package + "\nexit 0\n")
+    (r / program).chmod(0o755)
+    write(r / "lib/systemd/system" / unit_name, unit_text)
+    if package == "prometheus-node-exporter":
+        write(r / "etc/default/prometheus-node-exporter", 'ARGS=""\n')
+    if starts and not systemd.masked(r, unit_name):
+        systemd.enable(r, unit_name, quiet=True)
+        systemd.start(r, unit_name)
+
+
+def remove_payload(r, package, purge):
+    """`remove` keeps a package's conffiles (/etc/default/…), `purge` removes them too (dpkg(1) --remove, --purge)."""
+    from . import systemd
+
+    program, unit_name, _starts, _text = PAYLOADS[package]
+    if systemd.is_active(r, unit_name):
+        systemd.stop(r, unit_name)
+    (r / program).unlink(missing_ok=True)
+    (r / "lib/systemd/system" / unit_name).unlink(missing_ok=True)
+    if purge and package == "prometheus-node-exporter":
+        (r / "etc/default/prometheus-node-exporter").unlink(missing_ok=True)
 
 
 def cmd_dpkg_query(argv):

@@ -179,6 +179,11 @@ DRIFTS = [
                   f'"$GPUHOSTS_HOST_ROOT{CONVERTED}/config.json"'),
           {"drafter-convert": f'facts["converted config {CONVERTED}/config.json"]'},
           names={"drafter-convert": "edited since the conversion"}),
+    # gpuhosts:monitoring.filesDir of the committed stacks (the default); the rule file a Prometheus loads.
+    Drift("the alert rule file deleted", "trainer",
+          on_host('rm "$GPUHOSTS_HOST_ROOT/etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-trainer.rules.yml"'),
+          {"monitoring-files": 'facts["file /etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-trainer.rules.yml"]'},
+          names={"monitoring-files": "missing"}),
     Drift("monitor unit edited", "trainer",
           on_host('printf "Nice=5\\n" >>"$GPUHOSTS_HOST_ROOT/etc/systemd/system/gpuhosts-training-monitor.service"'),
           {"training-monitor": 'facts["file /etc/systemd/system/gpuhosts-training-monitor.service"]'}),

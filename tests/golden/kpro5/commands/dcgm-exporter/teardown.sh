@@ -1,0 +1,40 @@
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dcgm-exporter]
+# Stop and remove gpuhosts-dcgm-exporter.service and its files; the packages and the mask only where gpuhosts put them.
+unit_name=gpuhosts-dcgm-exporter.service
+state="$state_dir/dcgm-exporter.state"
+if systemctl is-active --quiet "$unit_name"; then
+  systemctl stop "$unit_name"
+  note_change "stopped $unit_name"
+fi
+if systemctl is-enabled --quiet "$unit_name" 2>/dev/null; then
+  systemctl disable --quiet "$unit_name"
+  note_change "disabled $unit_name"
+fi
+remove_file /etc/gpuhosts/monitoring/dcgm-exporter/gpuhosts-counters.csv
+remove_file /etc/systemd/system/gpuhosts-dcgm-exporter.service
+rmdir "$root"/etc/gpuhosts/monitoring/dcgm-exporter 2>/dev/null || true
+rmdir "$root"/etc/gpuhosts/monitoring 2>/dev/null || true
+rmdir "$root"/etc/gpuhosts 2>/dev/null || true
+if [ -f "$state" ]; then
+  packages="$(sed -n 's/^installed_packages=//p' "$state" | tr '\n' ' ')"
+  package_list=()
+  for pkg in $packages; do
+    if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+      package_list+=("$pkg")
+    fi
+  done
+  if [ "${#package_list[@]}" -gt 0 ]; then
+    # purge: the conffiles came with the package gpuhosts installed (/etc/default/prometheus-node-exporter)
+    with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get purge -y "${package_list[@]}"
+    note_change "purged ${package_list[*]}"
+  fi
+  while IFS= read -r masked; do
+    if [ -L "$root/etc/systemd/system/$masked" ]; then
+      systemctl unmask --quiet "$masked"
+      note_change "unmasked $masked"
+    fi
+  done < <(sed -n 's/^masked_unit=//p' "$state")
+  rm -f "$state"
+fi
+[ "$changed" = 0 ] || systemctl daemon-reload
+finish

@@ -1,0 +1,56 @@
+# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=node-exporter]
+# [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# Prometheus node exporter (prometheus-node-exporter) on 127.0.0.1:9100
+unit_name=gpuhosts-node-exporter.service
+package_unit=prometheus-node-exporter.service
+packages=(prometheus-node-exporter)
+state="$state_dir/node-exporter.state"
+restart=0
+is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+missing=()
+for pkg in "${packages[@]}"; do
+  is_installed "$pkg" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  # The package's own unit listens on every address (node_exporter's default :9100): masked before the
+  # install, so its maintainer scripts cannot start it (deb-systemd-invoke starts only an enabled unit), and
+  # gpuhosts' unit alone listens, where the stack says. Recorded first: a run cut off during apt-get must still
+  # let teardown undo it.
+  mkdir -p "$state_dir"
+  if [ ! -e "$root/etc/systemd/system/$package_unit" ] && [ ! -L "$root/etc/systemd/system/$package_unit" ]; then
+    printf 'masked_unit=%s\n' "$package_unit" >>"$state"
+    systemctl mask --quiet "$package_unit"
+    note_change "masked $package_unit"
+  fi
+  printf 'installed_packages=%s\n' "${missing[*]}" >>"$state"
+  with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
+    || refuse "apt-get could not install ${missing[*]}"
+  note_change "installed ${missing[*]}"
+fi
+if [ "$(systemctl is-active "$package_unit" 2>/dev/null || true)" = active ]; then
+  refuse "$package_unit (the package's own unit) is running, not gpuhosts': stop and disable it, or give gpuhosts:monitoring.nodeExporterPort another port"
+fi
+[ -x "$root"/usr/bin/prometheus-node-exporter ] || refuse "/usr/bin/prometheus-node-exporter is missing after installing ${packages[*]}"
+
+systemd_repair "$unit_name"
+[ "$systemd_repaired" = 0 ] || restart=1
+install_file /etc/systemd/system/gpuhosts-node-exporter.service 0644 <<'GPUHOSTS_EOF'
+# [content: etc/systemd/system/gpuhosts-node-exporter.service sha256:0644b9c92bdf5529]
+GPUHOSTS_EOF
+[ "$file_changed" = 0 ] || restart=1
+[ "$restart" = 0 ] || systemctl daemon-reload
+if ! systemctl is-enabled --quiet "$unit_name"; then
+  systemctl enable --quiet "$unit_name"
+  note_change "enabled $unit_name"
+fi
+if ! systemctl is-active --quiet "$unit_name"; then
+  systemctl start "$unit_name"
+  note_change "started $unit_name"
+elif [ "$restart" = 1 ]; then
+  systemctl restart "$unit_name"
+  note_change "restarted $unit_name with its new settings"
+fi
+systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+say "$unit_name is running on 127.0.0.1:9100"
+finish
