@@ -37,11 +37,11 @@ UNITS = {
         "ct129-env-qwen-sglang", "ct129-model-qwen3-6-27b", "ct129-nvidia-userspace", "ct129-service-qwen-vllm-dflash"]),
     "ct129-gate-qwen-sglang": ("DeployGate", ["ct129-service-qwen-sglang"]),
     # The DDTree reference's checkout waits only for the devices; the bake-off for every service it stops and
-    # starts, the gate, the checkout and the reference's drafter.
+    # starts, the gate, the checkout, the reference's own environment and its drafter.
     "ct129-ddtree-spec-bakeoff": ("DDTreeCheckout", ["ct129-gpu-devices"]),
     "ct129-bench-spec-bakeoff": ("Benchmark", [
         "ct129-service-qwen-sglang", "ct129-service-qwen-vllm-dflash", "ct129-gate-qwen-sglang",
-        "ct129-ddtree-spec-bakeoff", "ct129-model-qwen3-6-27b-dflash"]),
+        "ct129-ddtree-spec-bakeoff", "ct129-env-ddtree-spec-bakeoff", "ct129-model-qwen3-6-27b-dflash"]),
 }
 # The units that receive a secret on stdin, and which.
 STDIN = {"ct129-model-qwen3-6-27b-dflash": "hfToken", "ct129-service-qwen-sglang": "llmApiKey",
