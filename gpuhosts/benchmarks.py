@@ -2,7 +2,7 @@
 share.
 
 A benchmark names the services it compares (they take turns on the same GPUs), a fixed prompt set (short chat,
-code, a tool call and one long-context request), the figures to report, and optionally the DDTree authors' own
+code, a tool call and one long-context request) and the chat mode every row answers it in, the figures to report, and optionally the DDTree authors' own
 benchmark as a reference run on the same GPUs (liranringel/ddtree at a full commit, with a declared patch for the
 GDN-hybrid model). Field rules live on the models; rules against the services and the rest of the stack live in
 `benchmark_problems`.
@@ -109,9 +109,17 @@ class DDTreeReference(_Model):
                     "reference then runs on the GPUs and weights of the benchmark's first service. A service of the "
                     "benchmark named here lends its environment instead: its lock must hold what DDTree imports "
                     "(torch, transformers, datasets, loguru, numpy, tqdm), and accelerate for device_map.")
-    dataset: str = Field("mt-bench", description="The data set its benchmark.py loads (`--dataset`). Default mt-bench.")
-    max_samples: int = Field(16, ge=1, le=1000, description="`--max-samples`. Default 16.")
-    max_new_tokens: int = Field(512, ge=16, le=16384, description="`--max-new-tokens`. Default 512.")
+    dataset: str | None = Field(
+        None,
+        description="Default none: benchmark.py answers the benchmark's own prompts (`--prompts`, the file the "
+                    "services' client reads) in the benchmark's chat mode (`--thinking`), as every row of the table "
+                    "does. A data set its benchmark.py loads (`--dataset`) instead makes its rows answer that set, "
+                    "and the table says so.")
+    max_samples: int | None = Field(None, ge=1, le=1000,
+                                    description="`--max-samples`, with `dataset` only. Default: the whole set.")
+    max_new_tokens: int | None = Field(
+        None, ge=16, le=16384,
+        description="`--max-new-tokens`. Default: the prompts' maxTokens, so every row generates as many tokens.")
     tree_budgets: tuple[int, ...] = Field((16, 32, 64, 128, 256, 512, 1024),
                                           description="`--tree-budget` values. Default the script's own.")
     temperature: float = Field(0.0, ge=0, le=2, description="`--temperature`. Default 0.")
@@ -133,8 +141,8 @@ class DDTreeReference(_Model):
 
     @field_validator("dataset")
     @classmethod
-    def _dataset(cls, value: str) -> str:
-        if value not in DDTREE_DATASETS:
+    def _dataset(cls, value: str | None) -> str | None:
+        if value is not None and value not in DDTREE_DATASETS:
             raise ValueError(f"{value!r} is not a data set DDTree's benchmark.py loads ({', '.join(DDTREE_DATASETS)})")
         return value
 
@@ -145,6 +153,13 @@ class DDTreeReference(_Model):
             raise ValueError("must list distinct tree budgets from 1 to 4096")
         return value
 
+    @model_validator(mode="after")
+    def _samples(self) -> "DDTreeReference":
+        if self.max_samples is not None and self.dataset is None:
+            raise ValueError("maxSamples limits a data set, and no dataset is set: the reference answers the "
+                             "benchmark's prompts; drop maxSamples or set dataset")
+        return self
+
 
 class BenchmarkConfig(_Model):
     name: str = Field(description="Benchmark name: its unit is ct<vmid>-bench-<name>; results under "
@@ -152,6 +167,13 @@ class BenchmarkConfig(_Model):
     container: int = Field(description="vmid of the container whose services it compares.")
     services: tuple[str, ...] = Field(description="The services compared, in turn, on the GPUs they share.")
     prompts: PromptSet = Field(PromptSet(), description="The fixed prompt set.")
+    # The Qwen3.5/3.6 chat template thinks unless `enable_thinking` is false (its chat_template.jinja), which is
+    # what the services answered before the mode was sent explicitly: the default keeps that.
+    thinking: bool = Field(
+        True,
+        description="The chat mode of every row: each service request sends chat_template_kwargs.enable_thinking "
+                    "with it, and DDTree's benchmark.py applies the chat template with it. Default true, the "
+                    "Qwen3.6 chat template's own default.")
     measure: tuple[Measure, ...] = Field(tuple(Measure), description="The figures to report. Default all.")
     ddtree: DDTreeReference | None = Field(None, description="The DDTree reference run. Default none.")
     run_id: str | None = Field(None, description="Change it to run the benchmark again with unchanged inputs.")

@@ -185,15 +185,123 @@ def test_the_reference_row_says_why_it_failed(lines, expected):
     assert reference_failure(1, lines, "LOG") == expected
 
 
-@pytest.mark.parametrize("ddtree, says", [
-    (None, ["services: the benchmark's prompts (shortChat, code, toolCall, longContext)"]),
-    ({**DDTREE, "args": {"dataset": "mt-bench", "maxSamples": 16}},
-     ["services: the benchmark's prompts (shortChat, code, toolCall, longContext)", "ddtree reference: its data set mt-bench (16 samples) with thinking off "
-      "(benchmark.py enable_thinking=False): not the services' prompts"]),
-], ids=["services only", "with the reference"])
-def test_the_table_says_what_each_row_answered_and_how_acceptance_is_counted(ddtree, says):
-    table = build_table(["acceptanceLength"], [service(acceptanceLength=3.1)], ddtree)
+def plan_prompts(thinking: bool = True) -> dict:
+    """The prompts file the plan writes for kpro5's bake-off (gpuhosts/plans/benchmark.py `prompts_file`)."""
+    from conftest import KPRO5_SECRETS, kpro5_values
+    from gpuhosts.plans.benchmark import prompts_file
+    from gpuhosts.stacks import validate_stack
+
+    (bench,) = validate_stack(kpro5_values(benchmarks=True), KPRO5_SECRETS).benchmarks
+    return json.loads(prompts_file(bench.model_copy(update={"thinking": thinking})).content)
+
+
+def ddtree_answered(args: dict, names: list[str] | None = None) -> dict:
+    """What gpuhosts/hostside/ddtree_result.py reads from a run's args: the patched benchmark.py saves --prompts,
+    --thinking and the prompts' names; the upstream one (the fixtures' runs) none of them."""
+    from gpuhosts.hostside.ddtree_result import answered as read
+
+    return read({"prompts": names}, args)
+
+
+PROMPTS = "/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json"
+SHARED = "the benchmark's prompts (shortChat, code, toolCall)"
+NOTES = [
+    ("services only", True, None, [f"every row: {SHARED}, thinking on"]),
+    ("the reference on the same prompts and mode", True,
+     {"prompts": PROMPTS, "thinking": "on"}, [f"every row: {SHARED}, thinking on"]),
+    ("both with thinking off", False, {"prompts": PROMPTS, "thinking": "off"}, [f"every row: {SHARED}, thinking off"]),
+    ("the reference in another mode", True, {"prompts": PROMPTS, "thinking": "off"},
+     [f"services: {SHARED}, thinking on: not what the other rows answered",
+      f"ddtree reference: {SHARED}, thinking off: not what the other rows answered"]),
+    ("an upstream run of a data set", True, {"dataset": "mt-bench", "max_samples": 16},
+     [f"services: {SHARED}, thinking on: not what the other rows answered",
+      "ddtree reference: its data set mt-bench (16 samples), thinking off: not what the other rows answered"]),
+]
+
+
+@pytest.mark.parametrize("case, thinking, args, says", NOTES, ids=[n[0] for n in NOTES])
+def test_the_table_says_which_prompts_and_mode_every_row_answered(case, thinking, args, says):
+    from gpuhosts.hostside.bench_probe import answered
+
+    prompts = plan_prompts(thinking)
+    services = [{**service(acceptanceLength=3.1), "answered": answered(prompts)}]
+    ddtree = None if args is None else {
+        **DDTREE, "answered": ddtree_answered(args, [p["name"] for p in prompts["prompts"]] if "prompts" in args
+                                          else None)}
+    table = build_table(["acceptanceLength"], services, ddtree)
     assert table["notes"][0].startswith("acceptance length: tokens per target verify step, the bonus token included")
-    assert [n.split(", the chat")[0] for n in table["notes"][1:]] == says
+    assert table["notes"][1:-1] == says
+    assert table["notes"][-1].startswith("services also: longContext, for long/short decode only")
     page = markdown("t", table)
     assert all(f"- {note}" in page for note in table["notes"])
+
+
+def patched_prompts_module(tmp_path: Path):
+    """prompts.py of DDTree's tree with stacks/patches/ddtree-gdn-hybrid.patch applied (part (d))."""
+    import importlib.util
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    tree = tmp_path / "ddtree"
+    shutil.copytree(root / "tests/fixtures/ddtree/upstream-c96427a", tree)
+    subprocess.run(["git", "init", "--quiet"], cwd=tree, check=True)
+    subprocess.run(["git", "apply", str(root / "stacks/patches/ddtree-gdn-hybrid.patch")], cwd=tree, check=True)
+    spec = importlib.util.spec_from_file_location("ddtree_prompts", tree / "prompts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class RecordingTokenizer:
+    """Records what `apply_chat_template` is given (transformers' signature: the conversation, `tools`,
+    `tokenize`, `add_generation_prompt`, and the template's own keyword arguments such as enable_thinking)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def apply_chat_template(self, conversation, tools=None, tokenize=True, add_generation_prompt=False, **kwargs):
+        self.calls.append({"messages": list(conversation), "tools": tools, **kwargs})
+        return "text"
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["thinking on", "thinking off"])
+def test_the_services_and_ddtree_read_one_prompts_file_in_one_chat_mode(tmp_path, monkeypatch, thinking):
+    """The plan's file, read by the services' client (each request's body) and by the patched benchmark.py's
+    prompts.py (each prompt's chat-template call, as benchmark.py makes it): the same messages, tools and mode."""
+    from gpuhosts.hostside.bench_probe import load_prompts, request_body
+
+    document = plan_prompts(thinking)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p/prompts.json").write_text(json.dumps(document))
+    monkeypatch.setenv("GPUHOSTS_HOST_ROOT", str(tmp_path))
+    settings = {"model": "qwen", "_prompts": load_prompts("/p/prompts.json")}
+    bodies = [request_body(None, settings, p["messages"], tools=p.get("tools")) for p in settings["_prompts"]["prompts"]]
+
+    ddtree = patched_prompts_module(tmp_path)
+    tokenizer = RecordingTokenizer()
+    prompts = ddtree.load_prompts(str(tmp_path / "p/prompts.json"))
+    for instance in prompts:
+        messages = []
+        for turn in ddtree.chat_turns(instance):
+            messages.extend(turn)
+            tokenizer.apply_chat_template(messages, tools=instance.get("tools"), tokenize=False,
+                                          add_generation_prompt=True, enable_thinking=thinking)
+    assert [c["messages"] for c in tokenizer.calls] == [b["messages"] for b in bodies]
+    assert [c["tools"] for c in tokenizer.calls] == [b.get("tools") for b in bodies]
+    assert [p["name"] for p in prompts] == ["shortChat", "code", "toolCall"]
+    assert bodies[2]["tools"][0]["function"]["name"] == "get_weather" and bodies[2]["tool_choice"] == "auto"
+    assert all(b["chat_template_kwargs"] == {"enable_thinking": thinking} for b in bodies)
+    assert all(b["max_tokens"] == document["maxTokens"] for b in bodies)
+
+
+@pytest.mark.parametrize("document, message", [
+    ({"prompts": []}, "no prompts"),
+    ({"prompts": [{"name": "x", "messages": [{"role": "user"}]}]}, "messages must be"),
+    ({"prompts": [{"name": "x", "messages": [{"role": "user", "content": "hi"}], "tools": {}}]}, "tools must be"),
+], ids=["empty", "a message without content", "tools not a list"])
+def test_ddtree_refuses_a_prompts_file_it_cannot_answer(tmp_path, document, message):
+    ddtree = patched_prompts_module(tmp_path)
+    (tmp_path / "prompts.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=message):
+        ddtree.load_prompts(str(tmp_path / "prompts.json"))

@@ -186,18 +186,24 @@ def test_a_service_that_never_becomes_healthy_fails_the_run_and_the_declared_one
     assert (state(tree, SGLANG), state(tree, VLLM)) == ("active", "inactive")
 
 
-# A stand-in of liranringel/ddtree benchmark.py `main` at c96427a185677bf4133ed865dd1626a5041aef9b: the flags it
-# parses (tests/fixtures/ddtree/benchmark-args.json, captured from it), no figure printed, and the run it
+# A stand-in of liranringel/ddtree benchmark.py `main` at c96427a185677bf4133ed865dd1626a5041aef9b with the patch's
+# part (d): the flags it parses (tests/test_ddtree_reference.py reads them from the patched file), its prompts file
+# read with its own prompts.py rule (every prompt named, with messages), no figure printed, and the run it
 # torch.save-s at --save-path (here the fixture real torch 2.11 wrote, tests/fixtures/ddtree/README.md).
-STAND_IN = '''import argparse, os, shutil
+STAND_IN = '''import argparse, json, os, shutil
 parser = argparse.ArgumentParser()
-for flag in ("--model-name-or-path", "--draft-name-or-path", "--dataset", "--save-path"):
+for flag in ("--model-name-or-path", "--draft-name-or-path", "--save-path"):
     parser.add_argument(flag, required=True)
-for flag in ("--block-size", "--tree-budget", "--max-samples", "--max-new-tokens", "--temperature"):
+for flag in ("--block-size", "--tree-budget", "--dataset", "--prompts", "--max-samples", "--max-new-tokens",
+             "--temperature"):
     parser.add_argument(flag)
+parser.add_argument("--thinking", choices=["on", "off"], default="off")
 args = parser.parse_args()
+root = os.environ.get("GPUHOSTS_HOST_ROOT", "")
+with open(root + args.prompts) as handle:
+    assert all(p["name"] and p["messages"] for p in json.load(handle)["prompts"])
 # What the authors' benchmark.py leaves behind: the run it torch.save-d (the fixture real torch wrote).
-shutil.copy(RUN, os.environ.get("GPUHOSTS_HOST_ROOT", "") + args.save_path)
+shutil.copy(RUN, root + args.save_path)
 '''
 # The same stand-in when the target does not fit: benchmark.py dies with torch 2.11's message for a failed CUDA
 # allocation (torch.OutOfMemoryError; c10/cuda/CUDACachingAllocator.cpp builds the text) and saves nothing.

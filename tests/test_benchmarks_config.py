@@ -127,6 +127,10 @@ BAD = [
      "gpuhosts:benchmarks[0].name", "is also the environment of service ddtree-spec-bakeoff"),
     ("unknown data set", set_in(("ddtree", "dataset"), "sharegpt"), "gpuhosts:benchmarks[0].ddtree.dataset",
      "is not a data set DDTree's benchmark.py loads"),
+    ("samples without a data set", set_in(("ddtree", "maxSamples"), 16), "gpuhosts:benchmarks[0].ddtree",
+     "maxSamples limits a data set, and no dataset is set"),
+    ("a chat mode that is not a boolean", set_in(("thinking",), "maybe"), "gpuhosts:benchmarks[0].thinking",
+     "valid boolean"),
     ("reference drafter directory taken", set_in(("ddtree", "drafter"), {
         "repo": "z-lab/other-drafter", "localDir": "/srv/models/Qwen3.6-27B-DFlash"}),
      "gpuhosts:benchmarks[0].ddtree.drafter.localDir", "is also qwen-vllm-dflash's drafter directory"),

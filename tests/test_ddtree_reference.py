@@ -1,11 +1,13 @@
 """The DDTree reference run's plan: the checkout unit on the simulated kpro5 (container 129), with a repository the
 test serves as a local bare git repository and patches made against it; and benchmark.py's command line parsed by
-the argument parser of the real benchmark.py (tests/fixtures/ddtree/benchmark-args.json)."""
+the argument parser of the real benchmark.py with the project's patch applied (its `parser.add_argument` calls read
+with `ast`, as tests/fixtures/ddtree/generate.py captured the upstream ones in benchmark-args.json)."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -67,7 +69,7 @@ def bench_for(upstream: dict, patch_text: str, patch_file: str = "stacks/patches
     reference = DDTreeReference(
         commit=upstream["commit"], drafter=DrafterSpec(repo="z-lab/Qwen3.6-27B-DFlash"), environment_of="sglang",
         patch=DDTreePatch(file=patch_file, sha256=hashlib.sha256(patch_text.encode()).hexdigest()),
-        dataset="mt-bench", max_samples=8, max_new_tokens=256, tree_budgets=(16, 64, 256), temperature=0.0)
+        max_new_tokens=256, tree_budgets=(16, 64, 256), temperature=0.0)
     # The repository is a file:// URL, which the field's rule (https only) does not take: set past validation.
     reference = reference.model_copy(update={"repository": upstream["url"]})
     return BenchmarkConfig(name="spec", container=129, services=("sglang",)).model_copy(update={"ddtree": reference})
@@ -225,12 +227,29 @@ def test_the_checkout_needs_a_reference():
         ddtree_checkout(129, BenchmarkConfig(name="spec", container=129, services=("sglang",)))
 
 
-def benchmark_parser() -> argparse.ArgumentParser:
-    """benchmark.py's parser rebuilt from the arguments captured from its source at c96427a."""
-    captured = json.loads((FIXTURES / "benchmark-args.json").read_text())
+def _generator():
+    spec = importlib.util.spec_from_file_location("ddtree_fixture_generate", FIXTURES / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def patched_benchmark_py(tmp_path: Path) -> str:
+    """benchmark.py at the pinned commit with stacks/patches/ddtree-gdn-hybrid.patch applied, as the checkout
+    unit applies it."""
+    tree = tmp_path / "patched"
+    shutil.copytree(FIXTURES / "upstream-c96427a", tree)
+    subprocess.run(["git", "init", "--quiet"], cwd=tree, check=True)
+    subprocess.run(["git", "apply", str(Path(__file__).resolve().parents[1] / "stacks/patches/ddtree-gdn-hybrid.patch")],
+                   cwd=tree, check=True)
+    return (tree / "benchmark.py").read_text()
+
+
+def benchmark_parser(arguments: list[dict]) -> argparse.ArgumentParser:
+    """benchmark.py's parser rebuilt from its `parser.add_argument` calls."""
     types = {"str": str, "int": int, "float": float}
     parser = argparse.ArgumentParser(exit_on_error=False, add_help=False)
-    for argument in captured["arguments"]:
+    for argument in arguments:
         options = {k: v for k, v in argument.items() if k != "flags"}
         if "type" in options:
             options["type"] = types[options["type"]]
@@ -242,8 +261,13 @@ class ParserError(Exception):
     pass
 
 
-def parse(words: list[str]) -> argparse.Namespace:
-    parser = benchmark_parser()
+@pytest.fixture(scope="module")
+def patched_arguments(tmp_path_factory) -> list[dict]:
+    return _generator().benchmark_args(patched_benchmark_py(tmp_path_factory.mktemp("ddtree-patched")))
+
+
+def parse(words: list[str], arguments: list[dict] | None = None) -> argparse.Namespace:
+    parser = benchmark_parser(arguments or json.loads((FIXTURES / "benchmark-args.json").read_text())["arguments"])
 
     def error(message):
         raise ParserError(message)
@@ -252,18 +276,41 @@ def parse(words: list[str]) -> argparse.Namespace:
     return parser.parse_args(words)
 
 
-def test_job_argv_is_what_benchmark_py_parses(upstream, patches):
+def test_the_captured_upstream_flags_are_what_the_generator_reads_from_the_fixture_file():
+    captured = json.loads((FIXTURES / "benchmark-args.json").read_text())["arguments"]
+    assert _generator().benchmark_args((FIXTURES / "upstream-c96427a/benchmark.py").read_text()) == captured
+
+
+@pytest.mark.parametrize("reference, thinking, answers", [
+    ({}, True, ["--prompts", "/usr/local/lib/gpuhosts/benchmarks/spec/prompts.json"]),
+    ({}, False, ["--prompts", "/usr/local/lib/gpuhosts/benchmarks/spec/prompts.json"]),
+    ({"dataset": "mt-bench", "max_samples": 8}, True, ["--dataset", "mt-bench", "--max-samples", "8"]),
+], ids=["the benchmark's prompts, thinking on", "thinking off", "a data set"])
+def test_job_argv_is_what_the_patched_benchmark_py_parses(upstream, patches, patched_arguments, reference, thinking,
+                                                          answers):
     bench = bench_for(upstream, patches["sdpa"])
+    bench = bench.model_copy(update={"thinking": thinking, "ddtree": bench.ddtree.model_copy(update=reference)})
+    prompts = "/usr/local/lib/gpuhosts/benchmarks/spec/prompts.json"
     argv = ddtree_job_argv(bench, "/opt/gpuhosts/sglang/venv/bin/python", "/srv/models/Qwen/Qwen3.6-27B",
-                           "/var/lib/gpuhosts/ddtree/spec/run.pt")
+                           "/var/lib/gpuhosts/ddtree/spec/run.pt", prompts)
     assert argv[:2] == ["/opt/gpuhosts/sglang/venv/bin/python", "benchmark.py"]
-    args = parse(argv[2:])
+    assert [w for w in answers if w in argv] == answers
+    args = parse(argv[2:], patched_arguments)
     assert vars(args) == {
         "model_name_or_path": "/srv/models/Qwen/Qwen3.6-27B",
         "draft_name_or_path": "/srv/models/z-lab/Qwen3.6-27B-DFlash",
-        "block_size": None, "tree_budget": "16,64,256", "dataset": "mt-bench", "max_samples": 8,
+        "block_size": None, "tree_budget": "16,64,256",
+        "dataset": reference.get("dataset"), "prompts": None if reference else prompts,
+        "thinking": "on" if thinking else "off", "max_samples": reference.get("max_samples"),
         "max_new_tokens": 256, "temperature": 0.0, "flash_attn": False, "disable_cpp_compact_cache": False,
         "save_path": "/var/lib/gpuhosts/ddtree/spec/run.pt"}
+
+
+def test_without_max_new_tokens_the_reference_generates_the_prompts_max_tokens(upstream, patches):
+    bench = bench_for(upstream, patches["sdpa"])
+    bench = bench.model_copy(update={"ddtree": bench.ddtree.model_copy(update={"max_new_tokens": None})})
+    argv = ddtree_job_argv(bench, "python", "/m", "/r.pt", "/p.json")
+    assert argv[argv.index("--max-new-tokens") + 1] == str(bench.prompts.max_tokens)
 
 
 @pytest.mark.parametrize("words,message", [
@@ -274,6 +321,12 @@ def test_job_argv_is_what_benchmark_py_parses(upstream, patches):
 def test_the_captured_parser_refuses_what_benchmark_py_refuses(words, message):
     with pytest.raises((ParserError, argparse.ArgumentError), match=message):
         parse(words)
+
+
+def test_the_patched_parser_refuses_a_thinking_mode_it_does_not_know(patched_arguments):
+    with pytest.raises((ParserError, argparse.ArgumentError), match="invalid choice"):
+        parse(["--model-name-or-path", "m", "--draft-name-or-path", "d", "--prompts", "p", "--thinking", "yes"],
+              patched_arguments)
 
 
 def rendered_scripts(upstream: dict, patch_text: str) -> list[tuple[str, str]]:

@@ -220,11 +220,11 @@ def test_installed_files_carry_the_managed_header(each_stack):
     rendered, golden = each_stack
     installed = [n for n in files_under(rendered) if not n.startswith("commands/") and n != "graph.json"]
     if golden.name == "kpro5":
-        # 7 on the host (the initramfs hook among them), 11 in container 129 (4 of them environments' locks, DDTree's
-        # own among them, 3 the benchmark's client, the DDTree reader and patch), 11 of gpuhosts:monitoring on the
-        # host (2 exporter units, the DCGM counters, the rule file, 3 file_sd files, 2 scrape fragments, a dashboard
-        # and its provisioning)
-        assert len(installed) == 29
+        # 7 on the host (the initramfs hook among them), 12 in container 129 (4 of them environments' locks, DDTree's
+        # own among them, 4 the benchmark's client, its prompts file, the DDTree reader and patch), 11 of
+        # gpuhosts:monitoring on the host (2 exporter units, the DCGM counters, the rule file, 3 file_sd files, 2 scrape
+        # fragments, a dashboard and its provisioning)
+        assert len(installed) == 30
     for name in installed:
         if name.endswith(".patch"):
             continue  # a declared patch is installed byte for byte, as its pinned sha256 says: no header of ours

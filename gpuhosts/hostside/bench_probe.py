@@ -1,6 +1,10 @@
 """The bake-off's client: measures one running service on the benchmark's fixed prompts, and builds the table.
 
-For each prompt it streams one request and takes the time to the first token (TTFT) and the decode rate between
+The prompts come from the benchmark's prompts file (gpuhosts/plans/benchmark.py `bench_prompts`), the same file
+DDTree's benchmark.py answers (`--prompts`): each prompt's messages and tools, and the chat mode, which every
+request sends as `chat_template_kwargs.enable_thinking` (vLLM and SGLang both pass a request's
+chat_template_kwargs to the chat template: their entrypoints/openai/protocol.py `ChatCompletionRequest`), so no
+row rests on an engine's default. For each prompt it streams one request and takes the time to the first token (TTFT) and the decode rate between
 the first and the last token (the usage count of completion tokens, since a speculative step can carry several);
 around each request it reads the engine's Prometheus metrics, so acceptance length and rate come from the
 engine itself, as the deploy gate reads them (gpuhosts/hostside/gate_probe.py `acceptance`): vLLM's counters are
@@ -26,7 +30,8 @@ import sys
 import time
 from typing import Any
 
-# The one tool of the tool-call prompt; its JSON schema is the OpenAI `tools` entry both engines parse.
+# The one tool of the tool-call prompt; its JSON schema is the OpenAI `tools` entry both engines parse. The plan
+# writes it into the prompts file, whence every row takes it.
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -40,8 +45,7 @@ WEATHER_TOOL = {
         },
     },
 }
-PROMPT_ORDER = ("shortChat", "code", "toolCall", "longContext")
-SHORT_PROMPTS = ("shortChat", "code", "toolCall")
+LONG_CONTEXT = "longContext"
 # Filler for the long-context prompt: plain words, numbered so that no two notes read alike.
 NOTE = "Note {n}: the ferry to harbour {h} left on time with {c} crates of apples and the weather was calm."
 HARBOURS = ("Oslo", "Tromso", "Stavanger", "Aalesund", "Kristiansand", "Bodo")
@@ -87,16 +91,34 @@ def notes_for(context_tokens: int, small: tuple[int, int], large: tuple[int, int
     return max(n2, math.ceil((context_tokens - t1) / per_note) + n1 + 1)
 
 
-def request_body(gate, settings: dict, prompt: str, *, tools: bool = False, max_tokens: int | None = None,
-                 stream: bool = True) -> dict:
-    body = {"model": settings["model"], "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens or settings["max_tokens"], "temperature": 0, "stream": stream}
+def load_prompts(path: str) -> dict:
+    """The benchmark's prompts file; a container path, under GPUHOSTS_HOST_ROOT on a simulated host
+    (docs/fakehost-contract.md)."""
+    with open(os.environ.get("GPUHOSTS_HOST_ROOT", "") + path) as handle:
+        document = json.load(handle)
+    for key in ("thinking", "maxTokens", "prompts", LONG_CONTEXT):
+        if key not in document:
+            raise ValueError(f"{path} has no {key!r}: not a benchmark prompts file")
+    return document
+
+
+def request_body(gate, settings: dict, messages: list[dict], *, tools: list | None = None,
+                 max_tokens: int | None = None, stream: bool = True) -> dict:
+    prompts = settings["_prompts"]
+    body = {"model": settings["model"], "messages": messages,
+            "max_tokens": max_tokens or prompts["maxTokens"], "temperature": 0, "stream": stream,
+            # The chat mode of every row, sent rather than left to the template's default.
+            "chat_template_kwargs": {"enable_thinking": prompts["thinking"]}}
     if stream:
         body["stream_options"] = {"include_usage": True}
     if tools:
-        body["tools"] = [WEATHER_TOOL]
+        body["tools"] = tools
         body["tool_choice"] = "auto"
     return body
+
+
+def user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
 
 
 # --- one request -----------------------------------------------------------------------------------------------
@@ -126,7 +148,7 @@ def streamed(gate, settings, body: dict, clock=time.perf_counter) -> dict[str, A
 
 
 def prompt_tokens(gate, settings, prompt: str) -> int:
-    body = request_body(gate, settings, prompt, max_tokens=1, stream=False)
+    body = request_body(gate, settings, user(prompt), max_tokens=1, stream=False)
     with gate._request(settings["_gate"], "/v1/chat/completions", body) as response:
         usage = json.load(response).get("usage") or {}
     if not usage.get("prompt_tokens"):
@@ -155,22 +177,24 @@ def measure_service(gate, settings: dict, clock=time.monotonic, sleep=time.sleep
     if why is not None:
         result["failures"].append(f"engine {why}")
         return summarise_service(settings, result)
-    prompts = settings["prompts"]
+    prompts = settings["_prompts"]
     first_metrics = metrics_text(gate, settings)
     if first_metrics is None and settings["speculative"]:
         result["failures"].append("/metrics answered 404: the engine runs without metrics (SGLang needs "
                                   "--enable-metrics), so acceptance cannot be read")
+    result["answered"] = answered(prompts)
     readings: list[dict] = []
-    for kind in PROMPT_ORDER:
+    spec = prompts[LONG_CONTEXT]
+    for entry in [*prompts["prompts"], {"name": LONG_CONTEXT}]:
+        kind = entry["name"]
         try:
-            if kind == "longContext":
-                spec = prompts["longContext"]
+            if kind == LONG_CONTEXT:
                 points = [(n, prompt_tokens(gate, settings, filler(n) + "\n" + spec["question"])) for n in CALIBRATION_NOTES]
-                text = filler(notes_for(spec["contextTokens"], *points)) + "\n" + spec["question"]
+                messages, tools = user(filler(notes_for(spec["contextTokens"], *points)) + "\n" + spec["question"]), None
             else:
-                text = prompts[kind]
+                messages, tools = entry["messages"], entry.get("tools")
             before = metrics_text(gate, settings)
-            measured = streamed(gate, settings, request_body(gate, settings, text, tools=kind == "toolCall"))
+            measured = streamed(gate, settings, request_body(gate, settings, messages, tools=tools))
             after = metrics_text(gate, settings)
         except gate.urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")[:300]
@@ -182,15 +206,17 @@ def measure_service(gate, settings: dict, clock=time.monotonic, sleep=time.sleep
         if settings["speculative"] and after is not None:
             accepted = gate.acceptance(settings["acceptance_metrics"], after, before)
             measured["acceptanceLength"], measured["acceptanceRate"] = accepted.length, accepted.rate
-            readings.append({"before": before, "after": after})
-        if kind == "longContext" and (measured["promptTokens"] or 0) < prompts["longContext"]["contextTokens"]:
+            if kind != LONG_CONTEXT:
+                readings.append({"before": before, "after": after})
+        if kind == LONG_CONTEXT and (measured["promptTokens"] or 0) < spec["contextTokens"]:
             result["failures"].append(f"longContext: reached {measured['promptTokens']} prompt tokens, fewer than "
-                                      f"{prompts['longContext']['contextTokens']}")
-        if kind == "toolCall" and not measured["toolCall"]:
-            result["failures"].append("toolCall: the reply holds no tool call (is the service's toolCallParser right?)")
+                                      f"{spec['contextTokens']}")
+        if tools and not measured["toolCall"]:
+            result["failures"].append(f"{kind}: the reply holds no tool call (is the service's toolCallParser right?)")
         result["prompts"][kind] = measured
     if readings and settings["acceptance_metrics"]["kind"] == "counters":
-        # Over every measured prompt at once: counters of the first reading before to the last one after.
+        # Over the shared prompts at once: counters of the first reading before to the last one after. The long
+        # prompt runs last, so it is outside that span: acceptance is over the prompts every row answers.
         overall = gate.acceptance(settings["acceptance_metrics"], readings[-1]["after"], readings[0]["before"])
         result["acceptance"] = {"length": overall.length, "rate": overall.rate}
     return summarise_service(settings, result)
@@ -202,13 +228,15 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def summarise_service(settings: dict, result: dict) -> dict:
-    """The service's figures: decode and TTFT of the short prompts, acceptance over all, long against short."""
+    """The service's figures: decode, TTFT and acceptance of the shared prompts (those of the prompts file, which
+    every row answers), long-context decode against short."""
     prompts = result["prompts"]
-    short = _mean([prompts[k]["decodeTokensPerS"] for k in SHORT_PROMPTS if k in prompts])
-    long = prompts.get("longContext", {}).get("decodeTokensPerS")
+    shared = [p for name, p in prompts.items() if name != LONG_CONTEXT]
+    short = _mean([p["decodeTokensPerS"] for p in shared])
+    long = prompts.get(LONG_CONTEXT, {}).get("decodeTokensPerS")
     overall = result.get("acceptance") or {
-        "length": _mean([p.get("acceptanceLength") for p in prompts.values()]),
-        "rate": _mean([p.get("acceptanceRate") for p in prompts.values()])}
+        "length": _mean([p.get("acceptanceLength") for p in shared]),
+        "rate": _mean([p.get("acceptanceRate") for p in shared])}
     figures = {
         "decodeTokensPerS": short,
         "ttftS": prompts.get("shortChat", {}).get("ttftS"),
@@ -261,20 +289,39 @@ ACCEPTANCE_NOTE = ("acceptance length: tokens per target verify step, the bonus 
                    "acceptance_lengths as benchmark.py saves them)")
 
 
+def answered(prompts: dict) -> dict:
+    """What a row answered: the prompts of the benchmark's prompts file by name, in its chat mode."""
+    return {"prompts": [p["name"] for p in prompts["prompts"]], "thinking": bool(prompts["thinking"])}
+
+
+def describe(what: dict) -> str:
+    if what.get("dataset"):
+        samples = f" ({what['samples']} samples)" if what.get("samples") else ""
+        source = f"its data set {what['dataset']}{samples}"
+    else:
+        source = "the benchmark's prompts (" + ", ".join(what.get("prompts") or []) + ")"
+    return f"{source}, thinking {'on' if what.get('thinking') else 'off'}"
+
+
 def table_notes(services: list[dict], ddtree: dict | None) -> list[str]:
-    """What the rows answered and how acceptance is counted. The services answer the benchmark's prompts through
-    the target's chat template as each engine applies it (no chat_template_kwargs: the template's own thinking
-    default); DDTree's benchmark.py answers its data set with enable_thinking=False (benchmark.py `main` at
-    c96427a), so until it runs the same prompts its rows are not the services' prompts, and the table says so."""
+    """How acceptance is counted, and what the rows answered, as each row's own result says it: the services'
+    client records the prompts file it sent and its chat mode, DDTree's run the prompts or data set and the mode
+    its benchmark.py applied (gpuhosts/hostside/ddtree_result.py `answered`). When every row answered the same,
+    one note says so; otherwise each kind of row says what it answered."""
     notes = [ACCEPTANCE_NOTE]
+    rows = [("services", s["answered"]) for s in services if s.get("answered")]
+    if ddtree is not None and ddtree.get("answered"):
+        rows.append(("ddtree reference", ddtree["answered"]))
+    kinds = {describe(what) for _, what in rows}
+    if len(kinds) == 1:
+        notes.append(f"every row: {kinds.pop()}")
+    else:
+        for label in dict.fromkeys(label for label, _ in rows):
+            said = sorted({describe(what) for name, what in rows if name == label})
+            notes.append(f"{label}: {'; '.join(said)}: not what the other rows answered")
     if services:
-        notes.append("services: the benchmark's prompts (shortChat, code, toolCall, longContext), the chat "
-                     "template's default thinking")
-    if ddtree is not None:
-        args = ddtree.get("args") or {}
-        notes.append(f"ddtree reference: its data set {args.get('dataset') or '(as declared)'}"
-                     + (f" ({args['maxSamples']} samples)" if args.get("maxSamples") else "")
-                     + " with thinking off (benchmark.py enable_thinking=False): not the services' prompts")
+        notes.append("services also: longContext, for long/short decode only; their decode, TTFT and acceptance "
+                     "are over the prompts every row answers")
     return notes
 
 
@@ -304,6 +351,7 @@ def markdown(title: str, table: dict) -> str:
 
 def _settings(gate, settings_json: str, env_file: str | None, key_variable: str) -> dict:
     settings = json.loads(settings_json)
+    settings["_prompts"] = load_prompts(settings["prompts_file"])
     key = gate.read_key(env_file, key_variable) if env_file else None
     settings["_gate"] = gate.GateSettings(
         base_url=settings["base_url"], model=settings["model"], engine=settings["engine"],

@@ -228,6 +228,23 @@ def _budget(method: str) -> int:
     return int(text)
 
 
+def answered(run_data: dict, args: dict) -> dict:
+    """What the run answered, in the terms of the bake-off table (gpuhosts/hostside/bench_probe.py `describe`).
+    benchmark.py with stacks/patches/ddtree-gdn-hybrid.patch part (d) saves `--prompts`, the prompts' names
+    (run_data "prompts") and `--thinking`; the upstream benchmark.py saves none of them and applies the chat
+    template with enable_thinking=False (benchmark.py `main` at c96427a)."""
+    thinking = args.get("thinking")
+    if thinking not in (None, "on", "off"):
+        raise ResultError(f"args.thinking is {thinking!r}, not on or off")
+    mode = thinking == "on"
+    if args.get("prompts") is not None:
+        names = run_data.get("prompts")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ResultError("the run answered --prompts but run_data names no prompts")
+        return {"prompts": names, "thinking": mode}
+    return {"dataset": args.get("dataset"), "samples": args.get("max_samples"), "thinking": mode}
+
+
 def summarise(run_data: dict) -> dict:
     """The figures of one run as make_latex_table.py derives them from an sdpa run (the only kind the reference
     runs: DDTree needs the sdpa target), with the speedup of each method over the run's own baseline."""
@@ -271,6 +288,7 @@ def summarise(run_data: dict) -> dict:
         "methods": figures,
         "dflash": dflash,
         "ddtree": ddtree,
+        "answered": answered(run_data, args),
         "blockSize": run_data.get("block_size"),
         "draftAttnImplementation": run_data.get("draft_attn_implementation"),
         "targetAttnImplementation": run_data.get("target_attn_implementation"),

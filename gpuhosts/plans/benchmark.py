@@ -57,6 +57,35 @@ def bench_script(bench: BenchmarkConfig) -> HostFile:
                                  source=Path(bench_probe.__file__).read_text().rstrip("\n")), "0755")
 
 
+def bench_prompts(bench: BenchmarkConfig, path: str) -> dict[str, Any]:
+    """The bake-off's prompts as every row answers them: each prompt's chat messages (and the tools of the tool
+    call), and the chat mode. The services' client and DDTree's benchmark.py read this one document; the
+    long-context request is the services' alone (it is sized against each engine's own token counts, and DDTree
+    reports no decode rate to compare it with), so it sits apart from `prompts`."""
+    prompts = bench.prompts
+
+    def user(name: str, text: str, tools: list | None = None) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": name, "messages": [{"role": "user", "content": text}]}
+        return entry if tools is None else {**entry, "tools": tools}
+
+    return {
+        "managedBy": f"managed by gpuhosts: benchmark {bench.name}'s prompts ({path}); every row of its table "
+                     "answers them in this chat mode",
+        "thinking": bench.thinking,
+        "maxTokens": prompts.max_tokens,
+        "prompts": [user("shortChat", prompts.short_chat), user("code", prompts.code),
+                    user("toolCall", prompts.tool_call, [bench_probe.WEATHER_TOOL])],
+        "longContext": {"contextTokens": prompts.long_context.context_tokens,
+                        "question": prompts.long_context.question},
+    }
+
+
+def prompts_file(bench: BenchmarkConfig) -> HostFile:
+    path = f"{script_dir(bench)}/prompts.json"
+    text = json.dumps(bench_prompts(bench, path), indent=1, ensure_ascii=False)
+    return HostFile(path, render("benchmark/prompts.json.j2", text=text))
+
+
 def python_of(service: ServiceConfig) -> str:
     """The Python of the service's engine install: the client measures the service with it, and the reference job
     runs in it."""
@@ -70,15 +99,11 @@ def overlapping(services: list[ServiceConfig], gpus: set[str]) -> list[ServiceCo
 def run_settings(bench: BenchmarkConfig, service: ServiceConfig) -> dict[str, Any]:
     """What the client needs to measure one service (no secret: the key is read from its EnvironmentFile)."""
     gate = gate_settings(service)
-    prompts = bench.prompts
     return {
         "service": service.name, "engine": service.engine.name, "method": service.speculative.method.value,
         "base_url": gate["base_url"], "model": gate["model"], "reasoning_field": gate["reasoning_field"],
         "acceptance_metrics": gate["acceptance_metrics"], "speculative": gate["speculative"],
-        "ready_timeout_s": bench.ready_timeout_s, "max_tokens": prompts.max_tokens,
-        "prompts": {"shortChat": prompts.short_chat, "code": prompts.code, "toolCall": prompts.tool_call,
-                    "longContext": {"contextTokens": prompts.long_context.context_tokens,
-                                    "question": prompts.long_context.question}},
+        "ready_timeout_s": bench.ready_timeout_s, "prompts_file": prompts_file(bench).path,
     }
 
 
@@ -107,7 +132,7 @@ def ddtree_job(bench: BenchmarkConfig, config: StackConfig, by_name: dict[str, S
     python = own.interpreter if own is not None else python_of(service)
     work = f"{results_dir(bench)}/ddtree"
     save = f"{work}/run.pt"
-    argv = ddtree_reference.ddtree_job_argv(bench, python, service.model.path, save)
+    argv = ddtree_reference.ddtree_job_argv(bench, python, service.model.path, save, prompts_file(bench).path)
     return {"argv": argv, "cwd": ddtree_reference.ddtree_checkout(bench.container, bench), "save": save,
             "python": python, "cuda": engine_environment(service, config)["CUDA_VISIBLE_DEVICES"],
             # A regenerated lock of its own environment runs the reference again.
@@ -156,7 +181,7 @@ def plan_benchmark(bench: BenchmarkConfig, config: StackConfig, service_units: d
              + list(reference_units))
     job = ddtree_job(bench, config, by_name)
     measure = [m.value for m in bench.measure]
-    files = [bench_script(bench), *ddtree_files(bench)]
+    files = [bench_script(bench), prompts_file(bench), *ddtree_files(bench)]
     digest = inputs_digest(bench, runs, job, {s.name: service_units[s.name].digest for s in compared}, files)
     key = benchmark_key(bench)
     title = f"Benchmark {bench.name} on CT {bench.container} ({', '.join(bench.services)})"
@@ -193,12 +218,15 @@ def summarize_benchmark(bench: BenchmarkConfig) -> dict[str, Any]:
         "prompts": {"shortChat": bench.prompts.short_chat, "code": bench.prompts.code,
                     "toolCall": bench.prompts.tool_call,
                     "longContextTokens": bench.prompts.long_context.context_tokens,
-                    "maxTokens": bench.prompts.max_tokens},
+                    "maxTokens": bench.prompts.max_tokens, "thinking": bench.thinking,
+                    "file": f"{prompts_file(bench).path} (in CT {bench.container})"},
         "ddtree": None if reference is None else {
             "repository": reference.repository, "commit": reference.commit,
             "patch": f"{reference.patch.file} (sha256 {reference.patch.sha256})",
             "drafter": f"{reference.drafter.repo}@{reference.drafter.revision} in {reference.drafter.path}",
-            "dataset": f"{reference.dataset} ({reference.max_samples} samples)",
+            "answers": ("the benchmark's prompts" if reference.dataset is None else
+                        f"its data set {reference.dataset}"
+                        + (f" ({reference.max_samples} samples)" if reference.max_samples else "")),
             "environment": (f"{reference.environment_of}'s" if reference.environment_of else
                             f"its own (locks/{ddtree_env(bench).requirements_lock.name})"),
         },

@@ -92,17 +92,24 @@ def plan_ddtree_env(vmid: int, bench: BenchmarkConfig, needs: tuple[str, ...]) -
     return None if env is None else plan_env(ddtree_env_key(vmid, bench), env, vmid, needs)
 
 
-def ddtree_job_argv(bench: BenchmarkConfig, python: str, target_model_path: str, save_path: str) -> list[str]:
+def ddtree_job_argv(bench: BenchmarkConfig, python: str, target_model_path: str, save_path: str,
+                    prompts_path: str) -> list[str]:
     """benchmark.py's command line, one process (no torchrun: distributed.py `init` skips the process group without
-    RANK); run with the checkout as working directory. Its flags are those of benchmark.py `main` at the commit
-    (tests/fixtures/ddtree/benchmark-args.json)."""
+    RANK); run with the checkout as working directory. Its flags are those of benchmark.py `main` at the commit with
+    the patch's part (d), `--prompts` and `--thinking` (tests/test_ddtree_reference.py reads them from the patched
+    file). Without a data set it answers the benchmark's prompts file in the benchmark's chat mode, as the
+    services do."""
     reference = _reference(bench)
+    source = (["--prompts", prompts_path] if reference.dataset is None else
+              ["--dataset", reference.dataset]
+              + (["--max-samples", str(reference.max_samples)] if reference.max_samples is not None else []))
+    max_new_tokens = reference.max_new_tokens if reference.max_new_tokens is not None else bench.prompts.max_tokens
     return [python, "benchmark.py",
             "--model-name-or-path", target_model_path,
             "--draft-name-or-path", reference.drafter.path,
-            "--dataset", reference.dataset,
-            "--max-samples", str(reference.max_samples),
-            "--max-new-tokens", str(reference.max_new_tokens),
+            *source,
+            "--thinking", "on" if bench.thinking else "off",
+            "--max-new-tokens", str(max_new_tokens),
             "--tree-budget", ",".join(str(b) for b in reference.tree_budgets),
             "--temperature", repr(float(reference.temperature)),
             "--save-path", save_path]

@@ -4,7 +4,7 @@
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=e528f99ed92c1c9be10dcd730d81dfd4
+inputs=0fcc1e3dfcfa232332760a9059a6cd04
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
@@ -22,10 +22,13 @@ script="$(cat <<'GPUHOSTS_INNER'
 work=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/run
 run_status=0
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:dc151077c008dcdf]
+# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py.sha256 sha256:de4dcfd6f624464a]
+GPUHOSTS_EOF
+install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json 0644 <<'GPUHOSTS_EOF'
+# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json sha256:392a8052328edd78]
 GPUHOSTS_EOF
 install_file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py.sha256 sha256:410209d2e4a5cd1e]
+# [content: containers/129/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py.sha256 sha256:2ae52523b32f63e1]
 GPUHOSTS_EOF
 rm -rf "$root$work"
 mkdir -p "$root$work"
@@ -36,7 +39,7 @@ restore() {
   systemctl start gpuhosts-qwen-sglang.service || failed=1
   systemctl stop gpuhosts-qwen-vllm-dflash.service || failed=1
   # shellcheck disable=SC2016  # the client's settings: JSON in single quotes, nothing for bash to expand
-  "$root"/opt/gpuhosts/qwen-sglang/venv/bin/python "$root"/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py wait "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "method": "mtp", "model": "qwen3.6-27b", "prompts": {"code": "Write a Python function `merge_intervals(intervals)` that merges overlapping closed intervals, with type hints, a docstring and three doctest examples.", "longContext": {"contextTokens": 120000, "question": "Above are shipping notes. Which code word does the note about the harbour in Bergen give?"}, "shortChat": "In three sentences, explain why the sky is blue.", "toolCall": "What is the weather in Zurich right now, in degrees Celsius? Use the tool."}, "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "service": "qwen-sglang", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY || failed=1
+  "$root"/opt/gpuhosts/qwen-sglang/venv/bin/python "$root"/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py wait "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "base_url": "http://127.0.0.1:30000", "engine": "sglang", "method": "mtp", "model": "qwen3.6-27b", "prompts_file": "/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json", "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "service": "qwen-sglang", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY || failed=1
   say "services restored as declared: $(printf %s 'qwen-sglang=running qwen-vllm-dflash=stopped')"
   if [ "$failed" != 0 ]; then
     say "restoring the declared services failed; see above"
@@ -65,7 +68,7 @@ say "measuring "qwen-sglang
 systemctl stop gpuhosts-qwen-vllm-dflash.service
 if systemctl start gpuhosts-qwen-sglang.service; then
   # shellcheck disable=SC2016  # the client's settings: JSON in single quotes, nothing for bash to expand
-  "$root"/opt/gpuhosts/qwen-sglang/venv/bin/python "$root"/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py run "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "method": "mtp", "model": "qwen3.6-27b", "prompts": {"code": "Write a Python function `merge_intervals(intervals)` that merges overlapping closed intervals, with type hints, a docstring and three doctest examples.", "longContext": {"contextTokens": 120000, "question": "Above are shipping notes. Which code word does the note about the harbour in Bergen give?"}, "shortChat": "In three sentences, explain why the sky is blue.", "toolCall": "What is the weather in Zurich right now, in degrees Celsius? Use the tool."}, "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "service": "qwen-sglang", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY >"$root$work/"qwen-sglang.out 2>&1 || run_status=1
+  "$root"/opt/gpuhosts/qwen-sglang/venv/bin/python "$root"/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py run "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "base_url": "http://127.0.0.1:30000", "engine": "sglang", "method": "mtp", "model": "qwen3.6-27b", "prompts_file": "/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json", "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "service": "qwen-sglang", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY >"$root$work/"qwen-sglang.out 2>&1 || run_status=1
 else
   run_status=1
   printf 'systemctl start %s failed\n' gpuhosts-qwen-sglang.service >"$root$work/"qwen-sglang.out
@@ -76,7 +79,7 @@ say "measuring "qwen-vllm-dflash
 systemctl stop gpuhosts-qwen-sglang.service
 if systemctl start gpuhosts-qwen-vllm-dflash.service; then
   # shellcheck disable=SC2016  # the client's settings: JSON in single quotes, nothing for bash to expand
-  "$root"/opt/gpuhosts/qwen-vllm-dflash/venv/bin/python "$root"/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py run "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"accepted": "vllm:spec_decode_num_accepted_tokens_total", "draft_tokens": "vllm:spec_decode_num_draft_tokens_total", "drafts": "vllm:spec_decode_num_drafts_total", "kind": "counters"}, "base_url": "http://127.0.0.1:8000", "engine": "vllm", "max_tokens": 256, "method": "dflash", "model": "qwen3.6-27b", "prompts": {"code": "Write a Python function `merge_intervals(intervals)` that merges overlapping closed intervals, with type hints, a docstring and three doctest examples.", "longContext": {"contextTokens": 120000, "question": "Above are shipping notes. Which code word does the note about the harbour in Bergen give?"}, "shortChat": "In three sentences, explain why the sky is blue.", "toolCall": "What is the weather in Zurich right now, in degrees Celsius? Use the tool."}, "ready_timeout_s": 1800, "reasoning_field": "reasoning", "service": "qwen-vllm-dflash", "speculative": true}' "$root"/etc/gpuhosts/qwen-vllm-dflash.env VLLM_API_KEY >"$root$work/"qwen-vllm-dflash.out 2>&1 || run_status=1
+  "$root"/opt/gpuhosts/qwen-vllm-dflash/venv/bin/python "$root"/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py run "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"accepted": "vllm:spec_decode_num_accepted_tokens_total", "draft_tokens": "vllm:spec_decode_num_draft_tokens_total", "drafts": "vllm:spec_decode_num_drafts_total", "kind": "counters"}, "base_url": "http://127.0.0.1:8000", "engine": "vllm", "method": "dflash", "model": "qwen3.6-27b", "prompts_file": "/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json", "ready_timeout_s": 1800, "reasoning_field": "reasoning", "service": "qwen-vllm-dflash", "speculative": true}' "$root"/etc/gpuhosts/qwen-vllm-dflash.env VLLM_API_KEY >"$root$work/"qwen-vllm-dflash.out 2>&1 || run_status=1
 else
   run_status=1
   printf 'systemctl start %s failed\n' gpuhosts-qwen-vllm-dflash.service >"$root$work/"qwen-vllm-dflash.out
@@ -90,7 +93,7 @@ for unit_name in "${stop_all[@]}"; do
   systemctl stop "$unit_name"
 done
 client=/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py
-job='{"argv": ["/opt/gpuhosts/ddtree-spec-bakeoff/venv/bin/python", "benchmark.py", "--model-name-or-path", "/srv/models/Qwen3.6-27B", "--draft-name-or-path", "/srv/models/Qwen3.6-27B-DFlash", "--dataset", "mt-bench", "--max-samples", "16", "--max-new-tokens", "512", "--tree-budget", "16,32,64,128,256", "--temperature", "0.0", "--save-path", "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/run.pt"], "cuda": "0,1", "cwd": "/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b", "lock": "sha256:7687a757991e3e45", "log": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/benchmark.log", "out": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/result.json", "python": "/opt/gpuhosts/ddtree-spec-bakeoff/venv/bin/python", "result_script": "/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py", "save": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/run.pt"}'
+job='{"argv": ["/opt/gpuhosts/ddtree-spec-bakeoff/venv/bin/python", "benchmark.py", "--model-name-or-path", "/srv/models/Qwen3.6-27B", "--draft-name-or-path", "/srv/models/Qwen3.6-27B-DFlash", "--prompts", "/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json", "--thinking", "on", "--max-new-tokens", "256", "--tree-budget", "16,32,64,128,256", "--temperature", "0.0", "--save-path", "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/run.pt"], "cuda": "0,1", "cwd": "/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b", "lock": "sha256:7687a757991e3e45", "log": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/benchmark.log", "out": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/result.json", "python": "/opt/gpuhosts/ddtree-spec-bakeoff/venv/bin/python", "result_script": "/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py", "save": "/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/ddtree/run.pt"}'
 # The reference failing (out of GPU memory, a crash, a run it cannot read) is a finding its row names, not a failed
 # benchmark: the services' rows stand, they are restored as declared, and the same inputs are not run again.
 CUDA_VISIBLE_DEVICES=0,1 CUDA_DEVICE_ORDER=PCI_BUS_ID \

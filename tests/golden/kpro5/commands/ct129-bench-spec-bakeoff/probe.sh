@@ -8,6 +8,7 @@ inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=ct129-bench-spec-bakeoff]
 # The probe of ct129-bench-spec-bakeoff: reads the host and changes nothing; prints one facts line.
 fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py' "$( { file_state /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py; } 2>/dev/null || true)"
+fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json' "$( { file_state /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json; } 2>/dev/null || true)"
 fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py' "$( { file_state /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py; } 2>/dev/null || true)"
 emit_facts
 GPUHOSTS_INNER
@@ -17,6 +18,7 @@ if [ -n "$inner_facts" ]; then
 else
   container_state="$(pct status "$probed_vmid" 2>/dev/null | awk '{print $2}')" || true
   fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py' "container $probed_vmid ${container_state:-missing}"
+  fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json' "container $probed_vmid ${container_state:-missing}"
   fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/ddtree-result.py' "container $probed_vmid ${container_state:-missing}"
 fi
 emit_facts

@@ -16,7 +16,7 @@ commit=c96427a185677bf4133ed865dd1626a5041aef9b
 checkout=/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b
 patch=/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch
 patch_name=stacks/patches/ddtree-gdn-hybrid.patch
-wanted_marker='c96427a185677bf4133ed865dd1626a5041aef9b patch:8f96fd24a6bb1fbe6fb4808a63e1f0ff53e54acfefb28b06098dbecf14f6d102'
+wanted_marker='c96427a185677bf4133ed865dd1626a5041aef9b patch:6da4b32f36ba1ec11a90739b4177b04b4c1291fb05388006c1295446bb6c9754'
 marker="$root$checkout/.gpuhosts-checkout"
 # Written right after `git init`: a checkout cut off before its marker is still known as ours (teardown, retry).
 made="$root$checkout/.git/gpuhosts-made"
@@ -38,7 +38,7 @@ gitc() { git -C "$root$checkout" "$@"; }
 
 # --- the patch, as a file beside the checkout --------------------------------------------------------------------
 install_file /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch 0644 <<'GPUHOSTS_EOF'
-# [content: containers/129/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch.sha256 sha256:8f96fd24a6bb1fbe]
+# [content: containers/129/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch.sha256 sha256:6da4b32f36ba1ec1]
 GPUHOSTS_EOF
 
 # --- the checkout ---------------------------------------------------------------------------------------------
