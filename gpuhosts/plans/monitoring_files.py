@@ -59,5 +59,8 @@ def plan_monitoring(watch: Watch, needs: tuple[str, ...], gpu_needs: tuple[str, 
     units = [plan_node_exporter(spec, needs)]
     if gpu_needs is not None:
         units.append(plan_dcgm_exporter(spec, gpu_needs))
-    units.append(plan_monitoring_files(watch, needs))
+    # The files after the exporters they describe: torn down first, so the exporter that goes last (the DCGM
+    # exporter, whose counters share the folder) finds the folders empty and removes them; torn down at once, each
+    # would find the other's files there.
+    units.append(plan_monitoring_files(watch, tuple(dict.fromkeys((*needs, *(u.key for u in units))))))
     return units

@@ -14,7 +14,8 @@ from sshhost.bed import names, record_program, write_plan
 from trainer_node import StateServer, node_values, prepare_node
 
 TOKEN = "hf_TrainerLifecycleToken61e0"
-UNITS = 12
+# the trainer's own 12, and gpuhosts:monitoring's node exporter, DCGM exporter and monitoring files
+UNITS = 15
 
 
 @pytest.fixture
@@ -48,10 +49,16 @@ def test_trainer_up_again_and_destroy_over_ssh(node):
     assert len(first) == UNITS and first[0] == "preflight" and first[-1] == "dflash-training", first
     assert again == []
     assert "token=yes" in (tree / "var/log/fakehost/hf.log").read_text()
+    for unit in ("gpuhosts-node-exporter.service", "gpuhosts-dcgm-exporter.service"):
+        assert (tree / "run/fakehost/units" / unit).exists(), unit
+    assert (tree / "etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-trainer.rules.yml").is_file()
 
     (tree / "data/checkpoints/Qwen3.6-27B-DFlash/epoch_1").mkdir(parents=True)
     gone = names(engine.destroy())
     assert len(gone) == UNITS and gone[-1] == "preflight"
+    left = sorted(str(p.relative_to(tree)) for p in (tree / "etc/gpuhosts").rglob("*"))
+    assert not (tree / "etc/gpuhosts/monitoring").exists(), "\n".join(left)
+    assert not (tree / "usr/bin/prometheus-node-exporter").exists()  # purged: gpuhosts installed it
     assert [e for e in json.loads((root / "state.json").read_text())["resources"].values()
             if "ensure" in e["inputs"]] == []
     for kept in ("data/models/Qwen/Qwen3.6-27B/config.json", "data/data/qwen36-mix-913k/SHA256SUMS",
