@@ -38,7 +38,7 @@ from gpuhosts.config import (
 from gpuhosts.services import referenced_secrets
 from gpuhosts.stacks import require_locks, validate_stack
 
-FLEET_SECTIONS = ("kind", "nvidia", "hosts")
+FLEET_SECTIONS = ("kind", "nvidia", "monitoring", "hosts")
 # A one-host stack's sections that a fleet keeps per host.
 HOST_SECTIONS = ("nvidia", "gpus", "containers", "services", "benchmarks")
 HOST_FIELDS = tuple(field.alias or name for name, field in HostConfig.model_fields.items())
@@ -136,7 +136,7 @@ def validate_fleet(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
         raise ConfigError(problems)
     hosts: list[FleetHost] = []
     for index, entry in enumerate(entries):
-        host = _validate_entry(index, entry, raw.get("nvidia"), secret_keys, problems)
+        host = _validate_entry(index, entry, raw.get("nvidia"), raw.get("monitoring"), secret_keys, problems)
         if host is not None:
             hosts.append(host)
     problems += _across_hosts(entries, hosts)
@@ -145,7 +145,8 @@ def validate_fleet(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     return FleetConfig(tuple(hosts))
 
 
-def _validate_entry(index: int, entry: Any, nvidia: Any, secret_keys, problems: list[Problem]) -> FleetHost | None:
+def _validate_entry(index: int, entry: Any, nvidia: Any, monitoring: Any, secret_keys,
+                    problems: list[Problem]) -> FleetHost | None:
     at = f"{NAMESPACE}:hosts[{index}]"
     if not isinstance(entry, dict):
         problems.append(Problem(path=at, message="must be a mapping: name, ssh, bootloader, gpus, …"))
@@ -165,6 +166,8 @@ def _validate_entry(index: int, entry: Any, nvidia: Any, secret_keys, problems: 
     one_host = {"kind": StackKind.PROXMOX.value,
                 "host": {k: v for k, v in entry.items() if k in HOST_FIELDS},
                 "nvidia": entry["nvidia"] if own_nvidia else nvidia,
+                # One monitoring section for every host: each host's exporters and files, labelled by its name.
+                **({"monitoring": monitoring} if monitoring is not None else {}),
                 **{k: entry.get(k) for k in HOST_SECTIONS if k != "nvidia"}}
     try:
         config = require_locks(validate_stack(one_host, secret_keys))

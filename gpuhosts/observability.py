@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhosts.config import MonitoringSpec, StackConfig
+from gpuhosts.config import NAMESPACE, ConfigError, MonitoringSpec, Problem, StackConfig
 from gpuhosts.fields import is_loopback
 from gpuhosts.metrics import Catalog, catalog
 from gpuhosts.services import ServiceConfig, SpecMethod
@@ -205,7 +205,14 @@ def alert_rules(watch: Watch, cat: Catalog | None = None) -> dict[str, Any]:
 
 
 def _engine_rules(engine: EngineWatch, host: dict[str, str], cat: Catalog) -> list[dict[str, Any]]:
-    release = cat.release(engine.exporter, engine.release).metrics
+    try:
+        release = cat.release(engine.exporter, engine.release).metrics
+    except KeyError as missing:
+        # A rule on a metric name nobody read from the release would never fire: refused, not guessed.
+        raise ConfigError([Problem(path=f"{NAMESPACE}:monitoring", message=(
+            f"service {engine.service} runs {engine.exporter} {engine.release}, whose metrics are not known: "
+            f"{missing.args[0]}; add its release's metric names to gpuhosts/metrics-catalog.yaml, or leave "
+            "gpuhosts:monitoring out of the stack"))]) from None
     sel = _sel(job=_job("engines"), **host, service=engine.service)
     itl = release["inter_token_latency"].name
     # Per-stream decode speed, the gate's measure: over a window the tokens observed (count) over the time they

@@ -26,4 +26,7 @@ def fleet_values(values: dict[str, Any], count: int, migrated: bool = True) -> d
     if migrated:
         entries[0]["migratedFromHost"] = True
     entries += [fleet_entry(values, f"{name}-{index}", f"198.51.100.{index}") for index in range(1, count)]
-    return {"kind": "proxmox", "nvidia": copy.deepcopy(values["nvidia"]), "hosts": entries}
+    fleet = {"kind": "proxmox", "nvidia": copy.deepcopy(values["nvidia"]), "hosts": entries}
+    if "monitoring" in values:
+        fleet["monitoring"] = copy.deepcopy(values["monitoring"])
+    return fleet

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from conftest import KPRO5_SECRETS, kpro5_values
+from gpuhosts.config import ConfigError
 from gpuhosts.engines import DRIVERS, EngineDriver
 from gpuhosts.envspec import EnvSpec
 from gpuhosts.locks import LockSpec
@@ -73,8 +74,10 @@ def toyserve(monkeypatch):
     monkeypatch.setitem(INSTALLERS, Binary, plan_binary)
 
 
-def toy_stack():
+def toy_stack(monitoring: bool = False):
     values = kpro5_values()
+    if not monitoring:
+        values.pop("monitoring", None)  # the catalog knows no toy's metrics (the last test shows the refusal)
     sglang, toy = values["services"]
     # The two share their GPUs and port: the toy runs, so its gate measures it.
     sglang["enabled"] = False
@@ -112,3 +115,11 @@ def test_the_engines_of_today_install_as_python_environments():
         install = DRIVERS[service.engine.name].install(service)
         assert isinstance(install, EnvSpec) and install.interpreter == f"{install.venv}/bin/python"
         assert plan_engine_install(service, DRIVERS[service.engine.name], ()).kind == "PythonEnv"
+
+
+def test_monitoring_an_engine_the_metric_catalog_does_not_know_is_refused_naming_the_catalog(toyserve):
+    with pytest.raises(ConfigError) as raised:
+        plan_host(toy_stack(monitoring=True))
+    (problem,) = raised.value.problems
+    assert problem.path == "gpuhosts:monitoring"
+    assert "toyserve 1.0.0" in problem.message and "gpuhosts/metrics-catalog.yaml" in problem.message

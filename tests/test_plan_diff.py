@@ -191,9 +191,9 @@ def test_one_changed_port_is_a_short_review_beside_diff_r(plans):
     # The words a reviewer reads first fit on a screen and are a fraction of what diff -r prints.
     assert len(summary.splitlines()) <= 16 and len(summary) * 4 < len(recursive)
     # The unified diffs are only the files that changed: the unit file and the two scripts that carry it, the
-    # gate's probe, which reads the service's new address, and the bake-off's script, whose inputs are the
-    # services' (it measures again).
-    assert out.count("\n--- base ") == 5 and out.startswith("stack kpro5: changes")
+    # gate's probe, which reads the service's new address, the bake-off's script, whose inputs are the
+    # services' (it measures again), and Prometheus's scrape targets of the engines with the script that writes them.
+    assert out.count("\n--- base ") == 7 and out.startswith("stack kpro5: changes")
 
 
 def test_a_removed_stack_warns_what_each_teardown_undoes_with_the_gpus_and_vmids(plans):
@@ -239,7 +239,7 @@ def test_markdown_of_a_small_change_is_whole(plans):
     document = diff.render_markdown(reviews)
     assert document.startswith("<!-- gpuhosts-preview -->\n## gpuhosts preview\n\nChanges in `kpro5`.")
     assert "cut here" not in document and "left out" not in document
-    assert "<details><summary>kpro5: files and scripts — 5 changed, 0 new, 0 removed</summary>" in document
+    assert "<details><summary>kpro5: files and scripts — 7 changed, 0 new, 0 removed</summary>" in document
     assert "  - argv: after --port 30000 → 30001" in document
 
 

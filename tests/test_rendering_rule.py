@@ -44,6 +44,9 @@ ALLOWLIST = {
     ("ddtree_reference/ddtree-result.py.j2", "source"): "gpuhosts/hostside/ddtree_result.py verbatim",
     ("training_node/check-hidden-states.py.j2", "source"): "gpuhosts/hostside/hidden_state_check.py verbatim",
     ("training_node/check-drafter-config.py.j2", "source"): "gpuhosts/hostside/drafter_config.py verbatim",
+    ("benchmark/prompts.json.j2", "text"):
+        "the whole document is json.dumps of the plan's data (gpuhosts/plans/benchmark.py prompts_file): JSON's own "
+        "encoder writes every value",
 }
 # modprobe.d runs an `install` line through /bin/sh, so its files follow the bash rules; modules-load.d has only
 # module names and comments.
@@ -61,6 +64,8 @@ def kind_of(name: str) -> str:
         return "bash"
     if name.endswith(".py.j2"):
         return "python"
+    if name.endswith(".json.j2"):
+        return "json"
     raise AssertionError(f"templates/{name}: no rendering rule says what this template produces; add it here")
 
 
@@ -255,7 +260,8 @@ def lint(name: str) -> list[str]:
             used.add(key)
             continue
         problem = {"bash": lambda: bash_problem(hole), "systemd": lambda: systemd_problem(name, hole),
-                   "python": lambda: python_problem(name, hole)}[kind]()
+                   "python": lambda: python_problem(name, hole),
+                   "json": lambda: "a value in JSON: encode the whole document with json.dumps in the plan"}[kind]()
         if problem:
             problems.append(f"templates/{name}:{hole.line}: {{{{ {hole.source} }}}}: {problem}")
     return problems

@@ -220,7 +220,7 @@ def test_the_plans_put_every_unit_of_a_service_or_benchmark_under_it_and_the_hos
     assert {"LxcGpuPassthrough", "ContainerUserspace", "ModelDownload"} <= set(by_group[(("LxcContainer", "ct129"),)])
     assert by_group[(("LxcContainer", "ct129"), ("InferenceServiceStack", "qwen-sglang"))] == [
         "PythonEnv", "InferenceService", "DeployGate"]
-    assert by_group[(("LxcContainer", "ct129"), ("BenchmarkStack", "spec-bakeoff"))] == ["DDTreeCheckout", "Benchmark"]
+    assert by_group[(("LxcContainer", "ct129"), ("BenchmarkStack", "spec-bakeoff"))] == ["DDTreeCheckout", "PythonEnv", "Benchmark"]
     assert set(graph.groups) == {(("LxcContainer", "ct129"), ("InferenceServiceStack", "qwen-sglang")),
                                  (("LxcContainer", "ct129"), ("InferenceServiceStack", "qwen-vllm-dflash")),
                                  (("LxcContainer", "ct129"), ("BenchmarkStack", "spec-bakeoff"))}

@@ -24,13 +24,13 @@ def plan_host(config: StackConfig) -> UnitGraph:
     # vfio first: it frees the GPUs meant for nvidia, and the driver's installer loads its module only when there
     # is a GPU left for it to take.
     units: list[Unit] = [plan_vfio_binding(config)]
-    gpu_ready = VFIO
+    gpu_ready = host_ready = VFIO
     if config.nvidia_gpus:
         units.append(plan_nvidia_driver(config, (VFIO,)))
         gpu_ready = DRIVER
     if config.host.allow_reboot:
         units.append(plan_host_reboot(config, tuple(u.key for u in units)))
-        gpu_ready = units[-1].key
+        gpu_ready = host_ready = units[-1].key
     containers = [c for c in config.containers if config.container_gpus(c.vmid)]
     if containers:
         units.append(plan_uvm_at_boot(config, (gpu_ready,)))
@@ -43,9 +43,9 @@ def plan_host(config: StackConfig) -> UnitGraph:
         units += plan_container_services(config, container)
         groups += plan_container_groups(config, container)
     if config.monitoring is not None:
-        # After the host's first unit, whose refusal leaves the host untouched; DCGM waits for the driver (and the
-        # reboot that loads it).
-        units += plan_monitoring(watch_proxmox(config, config.host.name, config.monitoring), (VFIO,),
+        # After the host's first unit, whose refusal leaves the host untouched, and after a reboot, which would cut
+        # an install short; DCGM waits for the driver (and the reboot that loads it).
+        units += plan_monitoring(watch_proxmox(config, config.host.name, config.monitoring), (host_ready,),
                                  (gpu_ready,) if config.nvidia is not None and config.nvidia_gpus else None)
     return UnitGraph(units, groups)
 

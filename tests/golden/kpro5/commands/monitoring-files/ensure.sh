@@ -24,5 +24,5 @@ GPUHOSTS_EOF
 install_file /etc/gpuhosts/monitoring/prometheus/scrape-host.yml 0644 <<'GPUHOSTS_EOF'
 # [content: etc/gpuhosts/monitoring/prometheus/scrape-host.yml sha256:f7f9ad5097d6d59d]
 GPUHOSTS_EOF
-say "8 file(s) in /etc/gpuhosts/monitoring for a Prometheus and a Grafana to read"
+say '8 file(s) in /etc/gpuhosts/monitoring for a Prometheus and a Grafana to read'
 finish

@@ -4,7 +4,7 @@
 unit_name=gpuhosts-node-exporter.service
 package_unit=prometheus-node-exporter.service
 packages=(prometheus-node-exporter)
-state="$state_dir/node-exporter.state"
+state="$state_dir/"node-exporter.state
 restart=0
 is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
@@ -25,13 +25,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   printf 'installed_packages=%s\n' "${missing[*]}" >>"$state"
   with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
-    || refuse "apt-get could not install ${missing[*]}"
+    || refuse "apt-get could not install ${missing[*]}"''
   note_change "installed ${missing[*]}"
 fi
 if [ "$(systemctl is-active "$package_unit" 2>/dev/null || true)" = active ]; then
-  refuse "$package_unit (the package's own unit) is running, not gpuhosts': stop and disable it, or give gpuhosts:monitoring.nodeExporterPort another port"
+  refuse "$package_unit (the package's own unit) is running, not gpuhosts': stop and disable it, or give "'gpuhosts:monitoring.nodeExporterPort another port'
 fi
-[ -x "$root"/usr/bin/prometheus-node-exporter ] || refuse "/usr/bin/prometheus-node-exporter is missing after installing ${packages[*]}"
+[ -x "$root"/usr/bin/prometheus-node-exporter ] || refuse /usr/bin/prometheus-node-exporter" is missing after installing ${packages[*]}"
 
 systemd_repair "$unit_name"
 [ "$systemd_repaired" = 0 ] || restart=1
@@ -52,5 +52,5 @@ elif [ "$restart" = 1 ]; then
   note_change "restarted $unit_name with its new settings"
 fi
 systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
-say "$unit_name is running on 127.0.0.1:9100"
+say "$unit_name is running on "127.0.0.1:9100
 finish

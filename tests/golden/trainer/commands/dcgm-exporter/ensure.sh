@@ -4,7 +4,7 @@
 unit_name=gpuhosts-dcgm-exporter.service
 package_unit=nvidia-dcgm-exporter.service
 packages=(datacenter-gpu-manager-4-core datacenter-gpu-manager-exporter)
-state="$state_dir/dcgm-exporter.state"
+state="$state_dir/"dcgm-exporter.state
 restart=0
 is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
@@ -25,13 +25,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   printf 'installed_packages=%s\n' "${missing[*]}" >>"$state"
   with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
-    || refuse "apt-get could not install ${missing[*]} (NVIDIA's CUDA repository for this distribution must be configured)"
+    || refuse "apt-get could not install ${missing[*]}"' (NVIDIA'"'"'s CUDA repository for this distribution must be configured)'
   note_change "installed ${missing[*]}"
 fi
 if [ "$(systemctl is-active "$package_unit" 2>/dev/null || true)" = active ]; then
-  refuse "$package_unit (the package's own unit) is running, not gpuhosts': stop and disable it, or give gpuhosts:monitoring.dcgmExporterPort another port"
+  refuse "$package_unit (the package's own unit) is running, not gpuhosts': stop and disable it, or give "'gpuhosts:monitoring.dcgmExporterPort another port'
 fi
-[ -x "$root"/usr/bin/dcgm-exporter ] || refuse "/usr/bin/dcgm-exporter is missing after installing ${packages[*]}"
+[ -x "$root"/usr/bin/dcgm-exporter ] || refuse /usr/bin/dcgm-exporter" is missing after installing ${packages[*]}"
 
 systemd_repair "$unit_name"
 [ "$systemd_repaired" = 0 ] || restart=1
@@ -56,5 +56,5 @@ elif [ "$restart" = 1 ]; then
   note_change "restarted $unit_name with its new settings"
 fi
 systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
-say "$unit_name is running on 127.0.0.1:9400"
+say "$unit_name is running on "127.0.0.1:9400
 finish

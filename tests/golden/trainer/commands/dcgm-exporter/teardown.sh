@@ -1,7 +1,7 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dcgm-exporter]
 # Stop and remove gpuhosts-dcgm-exporter.service and its files; the packages and the mask only where gpuhosts put them.
 unit_name=gpuhosts-dcgm-exporter.service
-state="$state_dir/dcgm-exporter.state"
+state="$state_dir/"dcgm-exporter.state
 if systemctl is-active --quiet "$unit_name"; then
   systemctl stop "$unit_name"
   note_change "stopped $unit_name"

@@ -24,5 +24,5 @@ GPUHOSTS_EOF
 install_file /etc/gpuhosts/monitoring/prometheus/scrape-trainer.yml 0644 <<'GPUHOSTS_EOF'
 # [content: etc/gpuhosts/monitoring/prometheus/scrape-trainer.yml sha256:d1158db0176ed7a7]
 GPUHOSTS_EOF
-say "8 file(s) in /etc/gpuhosts/monitoring for a Prometheus and a Grafana to read"
+say '8 file(s) in /etc/gpuhosts/monitoring for a Prometheus and a Grafana to read'
 finish
