@@ -220,12 +220,14 @@ def _engine_rules(engine: EngineWatch, host: dict[str, str], cat: Catalog) -> li
     # (loggers.py record, inter_token_latencies_iter); SGLang 0.5.11 adds a chunk's interval to the sum and its
     # token count to the buckets (metrics_collector.py observe_inter_token_latency). Without traffic the quotient
     # is empty and nothing fires.
+    # The sums keep no label of the series: the alert carries its host and service as the rule's own labels, so a
+    # Prometheus watching several hosts tells them apart.
     decode = f"sum(rate({itl}_count{sel}[{RATE_WINDOW}])) / sum(rate({itl}_sum{sel}[{RATE_WINDOW}]))"
     rules = [_rule(
         "GpuhostsDecodeSlow", f"{decode} < {engine.min_decode_tokens_per_s:g}", SUSTAINED, "warning",
         f"{engine.service} decodes below its gate's {engine.min_decode_tokens_per_s:g} tok/s",
         f"Per-stream decode of {engine.service} has stayed below the deploy gate's minDecodeTokensPerS for "
-        f"{SUSTAINED}: {{{{ $value | printf \"%.1f\" }}}} tok/s.", service=engine.service)]
+        f"{SUSTAINED}: {{{{ $value | printf \"%.1f\" }}}} tok/s.", **host, service=engine.service)]
     if engine.min_acceptance_rate is None:
         return rules
     floor = f"{engine.min_acceptance_rate:g}"
@@ -240,7 +242,7 @@ def _engine_rules(engine: EngineWatch, host: dict[str, str], cat: Catalog) -> li
         f"speculative acceptance of {engine.service} collapsed",
         f"Draft-token acceptance of {engine.service} has stayed below the gate's minAcceptanceRate {floor} for "
         f"{SUSTAINED} ({{{{ $value | humanizePercentage }}}}): the drafter no longer matches the target, and "
-        "speculative decoding costs more than it saves.", service=engine.service))
+        "speculative decoding costs more than it saves.", **host, service=engine.service))
     return rules
 
 
@@ -288,7 +290,7 @@ def _trainer_rules(watch: Watch, host: dict[str, str], cat: Catalog) -> list[dic
         _rule("GpuhostsHiddenStateServerErrors", errors, "1m", "critical",
               f"the hidden-state server on {watch.stack} answers with errors",
               "The vLLM server that extracts hidden states for the trainer answered requests with 5xx or finished "
-              "them with an internal error: the trainer gets no states for those samples."),
+              "them with an internal error: the trainer gets no states for those samples.", **host),
         # the monitor applies its own stall rule (gpuhosts_monitor/app.py); the alert repeats its verdict
         _rule("GpuhostsTrainingStalled", f"{monitor['stalled'].name}{_sel(job=_job('training-monitor'), **host)} == 1",
               None, "critical", f"training on {watch.stack} stalled",

@@ -1,17 +1,19 @@
-"""An alert end to end on loopback: Debian's real Prometheus scrapes the trainer stack's targets from the file_sd
-files gpuhosts renders — the real training monitor (its app, a stalled run by its own clock) and stand-ins of the
-DCGM exporter, the node exporter and the hidden-state server that export the catalog's names — evaluates the
-generated rules, and sends what fires to Debian's real Alertmanager, which posts it to a webhook receiver here.
-Every wait polls for its marker (the alert at the receiver) under READY_CAP_S; none sleeps for a fixed time."""
+"""Alerts end to end on loopback: Debian's real Prometheus scrapes, from the file_sd files gpuhosts renders, the
+trainer stack's targets — the real training monitor (its app behind its bearer token, a stalled run by its own
+clock) and stand-ins of the DCGM exporter, the node exporter and the hidden-state server that export the catalog's
+names — and kpro5's engines, SGLang and vLLM (tests/engine_standin.py), evaluates the generated rules, and sends what
+fires to Debian's real Alertmanager, which posts it to a webhook receiver here. One Prometheus and one Alertmanager
+serve the whole module. Every wait polls for its marker (an alert at the receiver, a rule evaluated again, a target
+scraped) under READY_CAP_S; none sleeps for a fixed time."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import queue
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,15 +24,24 @@ from werkzeug.serving import make_server
 
 from conftest import READY_CAP_S
 from gpuhosts.metrics import catalog
-from gpuhosts.observability import DCGM_EXPORTER_RELEASE, NODE_EXPORTER_RELEASE
+from conftest import KPRO5_SECRETS, kpro5_values, trainer_values
+from engine_standin import MODEL, Engine, start_engine
+from gpuhosts.config import MonitoringSpec
+from gpuhosts.observability import DCGM_EXPORTER_RELEASE, NODE_EXPORTER_RELEASE, Watch, watch_proxmox, watch_trainer
 from gpuhosts.plans.observability import RULES_DIR, render_observability
-from observability_data import tool, trainer_watch
+from gpuhosts.stacks import validate_stack
+from gpuhosts.training import NodeConfig, TrainerStack, TrainingConfig
+from observability_data import tool
 from sshhost import free_port
-from test_monitor import LOG_WRITTEN, TRAINING, app_for, health_server  # noqa: F401 - a fixture, used by name
+from test_monitor import LOG_WRITTEN, TOKEN, TRAINING, HealthServer, app_for
 
 # The alerts that fire at once in this scenario (rules without a `for`): a stalled run, Xid 79 and a double-bit ECC
 # error on GPU 0. The others need minutes of `for` and are proven firing and quiet by promtool (test_alert_rules.py).
 EXPECTED = {"GpuhostsTrainingStalled", "GpuhostsGpuXid", "GpuhostsGpuEccUncorrectable"}
+# kpro5 watched as one host per case, so each case's alerts are told apart by gpuhosts_host: an engine whose drafter
+# no longer matches (the seed's 1.1 % acceptance), one that answers as the gate left it, and one stopped.
+CASES = ("collapsed", "healthy", "stopped")
+ENGINES = ("sglang", "vllm")
 
 
 class Exposition:
@@ -103,15 +114,18 @@ def server_text(release: str) -> str:
 
 
 class Webhook:
-    """Alertmanager's webhook receiver: each POST's JSON body, in order."""
+    """Alertmanager's webhook receiver: every alert posted, in order."""
 
     def __init__(self) -> None:
-        self.bodies: queue.Queue = queue.Queue()
+        self.alerts: list[dict] = []
+        self.lock = threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - http.server's naming
-                outer.bodies.put(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    outer.alerts += body["alerts"]
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -122,6 +136,12 @@ class Webhook:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/alerts"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def received(self, host: str) -> dict[tuple[str, str | None], dict]:
+        """The alerts of one host so far, by (alertname, service)."""
+        with self.lock:
+            return {(a["labels"]["alertname"], a["labels"].get("service")): a for a in self.alerts
+                    if a["labels"].get("gpuhosts_host") == host}
 
     def close(self) -> None:
         self.server.shutdown()
@@ -146,75 +166,276 @@ def ready(url: str, proc: subprocess.Popen, log: Path) -> None:
     pytest.fail(f"{url} not ready within {READY_CAP_S} s: {log.read_text()[-3000:]}")
 
 
-@pytest.fixture
-def loopback(tmp_path, health_server):
-    """The trainer's targets on loopback ports, the real monitor serving a run stalled 121 s by its own clock."""
-    stop = []
-    watch = trainer_watch()
-    monitor_app = app_for(tmp_path, TRAINING / "speculators-0.9.0-fresh.log", health_server.url, now=LOG_WRITTEN + 121)
-    monitor = make_server("127.0.0.1", 0, monitor_app, threaded=True)
-    threading.Thread(target=monitor.serve_forever, daemon=True).start()
-    stop.append(monitor.shutdown)
-    server = next(t for t in watch.targets if t.job == "hidden-state-server")
-    ecc = Ecc()
-    stand_ins = {"dcgm": Exposition(lambda: dcgm_text(ecc)), "node": Exposition(lambda: node_text(watch.storage)),
-                 "hidden-state-server": Exposition(lambda: server_text(server.release))}
-    stop += [s.close for s in stand_ins.values()]
-    addresses = {job: s.address for job, s in stand_ins.items()}
-    addresses["training-monitor"] = f"127.0.0.1:{monitor.server_port}"
-    yield dataclasses.replace(watch, targets=tuple(dataclasses.replace(t, address=addresses[t.job])
-                                                   for t in watch.targets))
-    for close in stop:
-        close()
+def kpro5_engine_watch(engine: str, case: str) -> Watch:
+    """kpro5 with `engine`'s service enabled (its stack file's way to compare them), as host kpro5-<case>; its
+    engines only: the exporters of a host are the trainer's part of this module."""
+    values = kpro5_values()
+    for service in values["services"]:
+        service["enabled"] = service["engine"]["name"] == engine
+    watch = watch_proxmox(validate_stack(values, KPRO5_SECRETS), f"kpro5-{case}")
+    return dataclasses.replace(watch, targets=tuple(t for t in watch.targets if t.job == "engines"))
 
 
-def test_alerts_reach_a_webhook_through_alertmanager(tmp_path, loopback):
-    watch = loopback
-    root = tmp_path / "observability"
+def trainer_watch_with_token(token_file: Path) -> Watch:
+    """The trainer with a monitor token: gpuhosts then renders the monitor's job with `authorization` from a file,
+    here the copy a Prometheus that is not root reads (`monitoring.monitorTokenFile`)."""
+    values = trainer_values()
+    values["training"]["monitor"]["tokenSecret"] = "monitorToken"
+    stack = TrainerStack(NodeConfig.model_validate(values["node"]), TrainingConfig.model_validate(values["training"]))
+    return watch_trainer(stack, MonitoringSpec.model_validate({"monitorTokenFile": str(token_file)}))
+
+
+def stand_in_engine(engine: str, case: str) -> Engine:
+    if case == "collapsed" and engine == "sglang":
+        # the seed's case as SGLang reports it: acceptance length near 1, rate 1.1 % (tests/test_service_scripts.py)
+        return Engine(kind="sglang", sglang_length=1.04, sglang_rate=0.011)
+    if case == "collapsed":
+        # the seed's case as vLLM counts it: 15 tokens drafted, 1.1 % accepted (tests/test_deploy_gate.py)
+        return Engine(kind="vllm", accept_rate=0.011)
+    return Engine(kind=engine)
+
+
+def without_for(text: str) -> str:
+    """The rule file with each rule's `for` taken out: its 2 and 10 minutes cannot be waited for here, and
+    promtool test rules proves each duration on simulated time (tests/test_alert_rules.py); what is left, every
+    expression over the names the targets export, is what this module proves."""
+    document = yaml.safe_load(text)
+    for group in document["groups"]:
+        for rule in group["rules"]:
+            rule.pop("for", None)
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def merged(fragments: list[dict]) -> dict:
+    """One Prometheus's configuration from several rendered fragments: the rule files of all, one job per name
+    reading every fragment's file_sd files (a job name is unique in a configuration)."""
+    rule_files: list[str] = []
+    jobs: dict[str, dict] = {}
+    for fragment in fragments:
+        rule_files += fragment["rule_files"]
+        for job in fragment["scrape_configs"]:
+            if job["job_name"] not in jobs:
+                jobs[job["job_name"]] = json.loads(json.dumps(job))
+                continue
+            known = jobs[job["job_name"]]
+            assert {k: v for k, v in known.items() if k != "file_sd_configs"} == \
+                {k: v for k, v in job.items() if k != "file_sd_configs"}, job
+            known["file_sd_configs"][0]["files"] += job["file_sd_configs"][0]["files"]
+    return {"rule_files": rule_files, "scrape_configs": list(jobs.values())}
+
+
+def write(watch: Watch, root: Path) -> None:
     for path, text in render_observability(watch, str(root)).items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    hook = Webhook()
-    am_port, prom_port = free_port(), free_port()
-    (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump({
-        "route": {"receiver": "hook", "group_by": ["alertname"], "group_wait": "0s", "group_interval": "1s",
-                  "repeat_interval": "1h"},
-        "receivers": [{"name": "hook", "webhook_configs": [{"url": hook.url, "send_resolved": False}]}]}))
-    fragment = yaml.safe_load((root / f"prometheus/scrape-{watch.stack}.yml").read_text())
-    fragment["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    fragment["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]}
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(fragment))
-    procs = []
+        (root / path).write_text(without_for(text) if path.startswith(RULES_DIR) else text)
+
+
+@dataclasses.dataclass
+class Scene:
+    prometheus: str
+    hook: Webhook
+    trainer: Watch
+    engines: dict[tuple[str, str], Watch]
+    roots: dict[str, Path]
+    log: Path
+    monitor_job: dict
+
+    def api(self, path: str):
+        with urllib.request.urlopen(self.prometheus + path, timeout=10) as response:
+            return json.load(response)["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        return self.api("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["result"]
+
+    def rules(self, path: Path) -> dict[str, dict]:
+        """The rules Prometheus evaluates from one rule file, by alert name."""
+        return {r["name"]: r for g in self.api("/api/v1/rules")["groups"] if g["file"] == str(path)
+                for r in g["rules"]}
+
+    def until(self, what: str, check):
+        deadline = time.monotonic() + READY_CAP_S
+        while time.monotonic() < deadline:
+            value = check()
+            if value:
+                return value
+            time.sleep(0.1)  # a poll's pace, not a verdict: the cap above bounds the wait
+        pytest.fail(f"{what} not within {READY_CAP_S} s: {self.log.read_text()[-3000:]}")
+
+
+def traffic(engines: list[Engine], servers: list, stop: threading.Event) -> None:
+    """Requests to the vLLM stand-ins: vLLM's speculative counters move only with traffic (the gate's rule reads
+    their rates), so without it the acceptance quotient is empty and nothing fires."""
+    body = json.dumps({"model": MODEL, "temperature": 0, "max_tokens": 16,
+                       "messages": [{"role": "user", "content": "Name three fjords."}]}).encode()
+    while not stop.is_set():
+        for engine, server in zip(engines, servers, strict=True):
+            if engine.kind == "vllm":
+                request = urllib.request.Request(f"http://127.0.0.1:{server.server_port}/v1/chat/completions", body,
+                                                 {"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=10):
+                    pass
+        stop.wait(0.2)  # the traffic's pace; no verdict waits on it
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("alerts")
+    stop: list = []
+    procs: list[subprocess.Popen] = []
     try:
-        am_log, prom_log = tmp_path / "alertmanager.log", tmp_path / "prometheus.log"
-        procs.append(started([tool("prometheus-alertmanager"), f"--config.file={tmp_path / 'alertmanager.yml'}",
-                              f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
+        token_file, wrong_file = tmp / "monitor.token", tmp / "wrong.token"
+        token_file.write_text(TOKEN + "\n")
+        wrong_file.write_text("not-" + TOKEN + "\n")
+        health = HealthServer()
+        stop.append(health.close)
+        watch = trainer_watch_with_token(token_file)
+        monitor_app = app_for(tmp, TRAINING / "speculators-0.9.0-fresh.log", health.url, now=LOG_WRITTEN + 121,
+                              token=TOKEN)
+        monitor = make_server("127.0.0.1", 0, monitor_app, threaded=True)
+        threading.Thread(target=monitor.serve_forever, daemon=True).start()
+        stop.append(monitor.shutdown)
+        server = next(t for t in watch.targets if t.job == "hidden-state-server")
+        ecc = Ecc()
+        stand_ins = {"dcgm": Exposition(lambda: dcgm_text(ecc)), "node": Exposition(lambda: node_text(watch.storage)),
+                     "hidden-state-server": Exposition(lambda: server_text(server.release))}
+        stop += [s.close for s in stand_ins.values()]
+        addresses = {job: s.address for job, s in stand_ins.items()}
+        addresses["training-monitor"] = f"127.0.0.1:{monitor.server_port}"
+        watch = dataclasses.replace(watch, targets=tuple(dataclasses.replace(t, address=addresses[t.job])
+                                                         for t in watch.targets))
+        roots = {"trainer": tmp / "trainer"}
+        write(watch, roots["trainer"])
+        fragments = [yaml.safe_load((roots["trainer"] / f"prometheus/scrape-{watch.stack}.yml").read_text())]
+
+        engines, servers, watches = [], [], {}
+        for engine in ENGINES:
+            for case in CASES:
+                kpro5 = kpro5_engine_watch(engine, case)
+                if case == "stopped":
+                    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+                else:
+                    engines.append(stand_in_engine(engine, case))
+                    servers.append(start_engine(engines[-1]))
+                    stop.append(servers[-1].shutdown)
+                    address = f"127.0.0.1:{servers[-1].server_port}"
+                kpro5 = dataclasses.replace(kpro5, targets=tuple(dataclasses.replace(t, address=address)
+                                                                 for t in kpro5.targets))
+                watches[(engine, case)] = kpro5
+                roots[f"{engine}-{case}"] = root = tmp / f"{engine}-{case}"
+                write(kpro5, root)
+                place = kpro5.targets[0].place
+                fragments.append(yaml.safe_load((root / f"prometheus/scrape-{place}.yml").read_text()))
+        halt = threading.Event()
+        stop.insert(0, halt.set)
+        threading.Thread(target=traffic, args=(engines, servers, halt), daemon=True).start()
+
+        config = merged(fragments)
+        monitor_job = next(j for j in config["scrape_configs"] if j["job_name"] == "gpuhosts-training-monitor")
+        # the same target scraped twice more, under jobs no rule selects: without the token and with a wrong one
+        config["scrape_configs"] += [
+            {**{k: v for k, v in monitor_job.items() if k != "authorization"}, "job_name": "monitor-without-token"},
+            {**monitor_job, "job_name": "monitor-with-wrong-token",
+             "authorization": {"type": "Bearer", "credentials_file": str(wrong_file)}}]
+        hook = Webhook()
+        stop.append(hook.close)
+        am_port, prom_port = free_port(), free_port()
+        (tmp / "alertmanager.yml").write_text(yaml.safe_dump({
+            "route": {"receiver": "hook", "group_by": ["alertname", "gpuhosts_host", "service"], "group_wait": "0s",
+                      "group_interval": "1s", "repeat_interval": "1h"},
+            "receivers": [{"name": "hook", "webhook_configs": [{"url": hook.url, "send_resolved": False}]}]}))
+        config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]}
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+        am_log, prom_log = tmp / "alertmanager.log", tmp / "prometheus.log"
+        procs.append(started([tool("prometheus-alertmanager"), f"--config.file={tmp / 'alertmanager.yml'}",
+                              f"--storage.path={tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
                               "--cluster.listen-address="], am_log))
         ready(f"http://127.0.0.1:{am_port}/-/ready", procs[-1], am_log)
-        procs.append(started([tool("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
-                              f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+        procs.append(started([tool("prometheus"), f"--config.file={tmp / 'prometheus.yml'}",
+                              f"--storage.tsdb.path={tmp / 'prom-data'}",
                               f"--web.listen-address=127.0.0.1:{prom_port}"], prom_log))
         ready(f"http://127.0.0.1:{prom_port}/-/ready", procs[-1], prom_log)
-        received: dict[str, dict] = {}
-        deadline = time.monotonic() + READY_CAP_S
-        while set(received) < EXPECTED and time.monotonic() < deadline:
-            try:
-                body = hook.bodies.get(timeout=1)
-            except queue.Empty:
-                continue
-            for alert in body["alerts"]:
-                received[alert["labels"]["alertname"]] = alert
-        assert set(received) >= EXPECTED, (sorted(received), prom_log.read_text()[-3000:])
-        # no other alert: the rules without a `for` are these three, and the targets answer as a healthy node would
-        assert set(received) == EXPECTED, sorted(received)
-        stalled = received["GpuhostsTrainingStalled"]
-        assert stalled["labels"]["gpuhosts_host"] == watch.stack and stalled["status"] == "firing"
-        assert received["GpuhostsGpuXid"]["annotations"]["summary"] == f"GPU 0 on {watch.stack} reported Xid 79"
-        rules = yaml.safe_load((root / RULES_DIR / f"gpuhosts-{watch.stack}.rules.yml").read_text())
-        assert EXPECTED <= {r["alert"] for g in rules["groups"] for r in g["rules"]}
+        yield Scene(f"http://127.0.0.1:{prom_port}", hook, watch, watches, roots, prom_log, monitor_job)
     finally:
         for proc in procs:
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=60)
-        hook.close()
+        for close in stop:
+            close()
+
+
+def test_alerts_reach_a_webhook_through_alertmanager(scene):
+    watch = scene.trainer
+    received = scene.until("the trainer's alerts at the webhook",
+                           lambda: (got := scene.hook.received(watch.stack)) and {n for n, _ in got} >= EXPECTED
+                           and got)
+    # no other alert: with every `for` out, the other rules stay quiet because the targets answer as a healthy node
+    assert {name for name, _ in received} == EXPECTED, sorted(received)
+    stalled = received[("GpuhostsTrainingStalled", None)]
+    assert stalled["labels"]["gpuhosts_host"] == watch.stack and stalled["status"] == "firing"
+    assert received[("GpuhostsGpuXid", None)]["annotations"]["summary"] == f"GPU 0 on {watch.stack} reported Xid 79"
+    rules = yaml.safe_load((scene.roots["trainer"] / RULES_DIR / f"gpuhosts-{watch.stack}.rules.yml").read_text())
+    assert EXPECTED <= {r["alert"] for g in rules["groups"] for r in g["rules"]}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_collapsed_acceptance_and_a_stopped_engine_reach_the_webhook_and_a_healthy_one_raises_neither(scene, engine):
+    collapsed, healthy, stopped = (scene.engines[(engine, case)] for case in CASES)
+    service = collapsed.engines[0].service
+    assert collapsed.engines[0].exporter == engine
+    got = scene.until(f"{engine}'s collapse and its stopped engine at the webhook", lambda: (
+        (c := scene.hook.received(collapsed.stack).get(("GpuhostsAcceptanceCollapsed", service)))
+        and (s := scene.hook.received(stopped.stack).get(("GpuhostsServiceDown", service))) and (c, s)))
+    collapse, down = got
+    assert collapse["status"] == "firing" and collapse["labels"]["severity"] == "critical"
+    assert collapse["annotations"]["summary"] == f"speculative acceptance of {service} collapsed"
+    # the value the rule saw, through the engine's own metric names: the seed's 1.1 %
+    assert "minAcceptanceRate 0.1 " in collapse["annotations"]["description"]
+    assert "(1.1%)" in collapse["annotations"]["description"], collapse["annotations"]
+    assert down["labels"]["instance"] == stopped.targets[0].address and down["labels"]["job"] == "gpuhosts-engines"
+    assert ("GpuhostsServiceDown", service) not in scene.hook.received(collapsed.stack)
+
+    # the healthy engine: scraped, its acceptance above the floor, then evaluated again by both rules, which stay
+    # inactive and send nothing
+    path = scene.roots[f"{engine}-healthy"] / RULES_DIR / f"gpuhosts-{healthy.stack}.rules.yml"
+    expr = next(r["expr"] for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]
+                if r["alert"] == "GpuhostsAcceptanceCollapsed")
+    acceptance, floor = expr.rsplit(" < ", 1)
+
+    def scraped():
+        up = scene.query(f'up{{gpuhosts_host="{healthy.stack}",service="{service}"}}')
+        value = scene.query(acceptance)
+        if up and up[0]["value"][1] == "1" and value:
+            return float(value[0]["value"][1]), scene.rules(path)
+
+    value, seen = scene.until(f"{engine}'s healthy engine scraped", scraped)
+    assert value > float(floor)
+    names = ("GpuhostsAcceptanceCollapsed", "GpuhostsServiceDown")
+    after = scene.until(f"{engine}'s healthy rules evaluated again", lambda: (
+        (now := scene.rules(path))
+        and all(now[n]["lastEvaluation"] != seen[n]["lastEvaluation"] for n in names) and now))
+    for name in names:
+        assert (after[name]["state"], after[name]["health"]) == ("inactive", "ok"), after[name]
+    assert not [key for key in scene.hook.received(healthy.stack) if key[1] == service]
+
+
+def test_the_monitor_is_scraped_with_the_token_from_its_file_and_is_down_without_it(scene):
+    assert scene.monitor_job["authorization"]["type"] == "Bearer"
+    token_file = Path(scene.monitor_job["authorization"]["credentials_file"])
+    assert token_file.read_text().strip() == TOKEN
+    pools = ("gpuhosts-training-monitor", "monitor-without-token", "monitor-with-wrong-token")
+
+    def scraped():
+        targets = {t["scrapePool"]: t for t in scene.api("/api/v1/targets?state=active")["activeTargets"]}
+        if all(targets.get(p, {}).get("health", "unknown") != "unknown" for p in pools):
+            return targets
+
+    targets = scene.until("the monitor's three scrapes", scraped)
+    assert (targets[pools[0]]["health"], targets[pools[0]]["lastError"]) == ("up", ""), targets[pools[0]]
+    for pool in pools[1:]:
+        assert targets[pool]["health"] == "down" and "401" in targets[pool]["lastError"], targets[pool]
+    # the monitor's own numbers came through the authenticated scrape
+    assert scene.query('gpuhosts_training_stalled{job="gpuhosts-training-monitor"}')
+    for path in scene.roots["trainer"].rglob("*"):
+        assert not path.is_file() or TOKEN not in path.read_text(), path

@@ -16,7 +16,7 @@ install_file /etc/gpuhosts/monitoring/prometheus/file_sd/host-node.json 0644 <<'
 # [content: etc/gpuhosts/monitoring/prometheus/file_sd/host-node.json sha256:5b9da0d4ddfbd269]
 GPUHOSTS_EOF
 install_file /etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-kpro5.rules.yml 0644 <<'GPUHOSTS_EOF'
-# [content: etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-kpro5.rules.yml sha256:57fa4b4e83373a41]
+# [content: etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-kpro5.rules.yml sha256:375a42ea82faa9d9]
 GPUHOSTS_EOF
 install_file /etc/gpuhosts/monitoring/prometheus/scrape-ct129.yml 0644 <<'GPUHOSTS_EOF'
 # [content: etc/gpuhosts/monitoring/prometheus/scrape-ct129.yml sha256:8e85bec649e95776]
