@@ -56,18 +56,10 @@ def resolve(uv: str) -> None:
 
 
 def install(python: str, uv: str) -> Path:
-    venv = ENVS / LOCK.stem
-    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()
-    marker = venv / ".gpuhosts-lock"
-    if marker.is_file() and marker.read_text().strip() == digest:
-        return venv
-    if not (venv / "bin" / "python").exists():
-        subprocess.run([uv, "venv", "--quiet", "--python", python, str(venv)], check=True)
-    marker.unlink(missing_ok=True)
-    subprocess.run([uv, "pip", "sync", "--quiet", "--python", str(venv / "bin" / "python"), "--require-hashes",
-                    str(LOCK)], check=True)
-    marker.write_text(digest + "\n")
-    return venv
+    sys.path.insert(0, str(ROOT / "tests" / "verify_engines"))
+    import run as engines  # tests/verify_engines/run.py, not this file: its folder is searched first now
+
+    return engines.sync_lock(LOCK, ENVS / LOCK.stem, python, uv)
 
 
 def tree(where: Path, patched: bool) -> Path:

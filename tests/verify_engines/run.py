@@ -143,7 +143,11 @@ def install(target: Target, python: str, uv: str) -> Path:
     lock = target.lock.path()
     if not lock.is_file():
         raise RuntimeError(f"no_lock_{lock.name}")
-    venv = ENVS / target.lock.name
+    return sync_lock(lock, ENVS / target.lock.name, python, uv)
+
+
+def sync_lock(lock: Path, venv: Path, python: str, uv: str) -> Path:
+    """The hashed lock installed into venv, skipped when venv already holds exactly that lock."""
     digest = hashlib.sha256(lock.read_bytes()).hexdigest()
     marker = venv / ".gpuhosts-lock"
     if marker.is_file() and marker.read_text().strip() == digest:
