@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lifecycle_figures import timed_refresh
+
 TESTS = Path(__file__).resolve().parent
 PROJECT = TESTS.parent
 
@@ -64,16 +66,7 @@ def fleet_line(root: Path, count: int) -> str:
         fleet.up(program=program)
         converge = time.monotonic() - began
         engine = fleet.engine
-        engine.log.clear()
-        engine._start()
-        try:
-            began = time.monotonic()
-            stored = engine.state()
-            drifted = engine.refresh(stored)
-            refresh = time.monotonic() - began
-        finally:
-            engine._stop()
-        units = sum(1 for entry in stored.values() if "ensure" in entry["inputs"])
+        refresh, units, drifted = timed_refresh(engine)
         suffix = f" drifted={sorted(drifted)}" if drifted else ""
         return (f"fleet: hosts={count} refresh_s={refresh:.2f} connections={engine.connections()} units={units} "
                 f"converge_s={converge:.1f}{suffix}")

@@ -286,8 +286,8 @@ def _rollout_line(check) -> str:
             f"gate_failures_stopped={gate.get('stopped', 0)}/{int(bool(gate))}")
 
 
-def _refresh_line(stack: str, engine) -> str:
-    """An in-sync preview's refresh: one provider process, one connection per host, every unit's probe."""
+def timed_refresh(engine) -> tuple[float, int, dict]:
+    """An in-sync preview's refresh in one provider process: its seconds, the units it probed, what drifted."""
     engine.log.clear()
     engine._start()
     try:
@@ -297,7 +297,12 @@ def _refresh_line(stack: str, engine) -> str:
         seconds = time.monotonic() - began
     finally:
         engine._stop()
-    units = sum(1 for e in stored.values() if "ensure" in e["inputs"])
+    return seconds, sum(1 for e in stored.values() if "ensure" in e["inputs"]), changed
+
+
+def _refresh_line(stack: str, engine) -> str:
+    """An in-sync preview's refresh: one provider process, one connection per host, every unit's probe."""
+    seconds, units, changed = timed_refresh(engine)
     suffix = "" if not changed else f" drifted={sorted(changed)}"
     return (f"refresh: stack={stack} hosts=1 units={units} connections={engine.connections()} "
             f"seconds={seconds:.2f}{suffix}")
