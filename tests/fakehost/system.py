@@ -789,7 +789,9 @@ def cmd_apt_get(argv):
     for p in todo:
         print(f"{verb} {p} ({pkg_version(p)}) ...")
     new = have + todo if sub == "install" else [p for p in have if p not in todo]
-    write(r / "var/lib/fakehost/dpkg-installed", "".join(p + "\n" for p in new))
+    # dpkg writes its status database sorted by package name (lib/dpkg/dbmodify.c, writedb: pkg_array_sort), so
+    # two installs that finish in either order leave the same database.
+    write(r / "var/lib/fakehost/dpkg-installed", "".join(p + "\n" for p in sorted(new)))
     for p in todo:
         if p in PAYLOADS:
             unpack(r, p) if sub == "install" else remove_payload(r, p, purge=sub == "purge")

@@ -109,16 +109,21 @@ class Rename:
     name: str
     program: Callable                       # (bed) -> the program after the change
     replace: tuple[str, ...] = ()           # `pulumi up --replace` of these units
+    values: Callable | None = None          # (bed) -> the stack's values after the change, where they change
+
+
+def host_renamed_values(bed) -> dict:
+    values = copy.deepcopy(bed.values())
+    values["host"]["name"] = "kpro5b"
+    return values
 
 
 def host_renamed(bed) -> list[dict]:
-    values = copy.deepcopy(bed.values())
-    values["host"]["name"] = "kpro5b"
-    return bed.program(values)
+    return bed.program(host_renamed_values(bed))
 
 
 RENAMES = [
-    Rename("host renamed", host_renamed),
+    Rename("host renamed", host_renamed, values=host_renamed_values),
     Rename("component renamed", lambda bed: renamed_component(bed.program())),
     Rename("units re-nested", lambda bed: re_nested(bed.program())),
     Rename("units replaced (--replace)", lambda bed: bed.program(),

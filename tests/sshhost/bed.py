@@ -80,10 +80,16 @@ def host_values() -> dict[str, Any]:
 
 def host_unit_order() -> list[str]:
     """The host side's units in the plan's apply order, read from the plan, never written down."""
+    return list(host_unit_graph())
+
+
+def host_unit_graph() -> dict[str, tuple[str, ...]]:
+    """The host side's units in apply order, each with the units it needs."""
     from gpuhosts.plans.proxmox_host import plan_host
     from gpuhosts.stacks import validate_stack
 
-    return [unit.key for unit in plan_host(validate_stack(host_values(), {"sshPrivateKey"})).apply_order]
+    plan = plan_host(validate_stack(host_values(), {"sshPrivateKey"}))
+    return {unit.key: tuple(unit.needs) for unit in plan.apply_order}
 
 
 def moved_to_vfio(values: dict[str, Any]) -> dict[str, Any]:

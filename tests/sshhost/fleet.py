@@ -24,6 +24,7 @@ import yaml
 from engine import Engine, Op, Preview
 from fakehost.installer import make_fake_run
 from fakehost.tree import seed_kpro5
+from gpuhosts.fleet import FLEET_SECTIONS
 from sshhost import SshHost
 from sshhost.bed import SECRETS, VERSION, host_values, record_program, stack_document
 
@@ -110,7 +111,9 @@ class Fleet:
             if index == 0 and migrated:
                 entry["migratedFromHost"] = True
             entries.append(entry)
-        return {"kind": "proxmox", "nvidia": nvidia, "hosts": entries}
+        # The stack-wide sections move up beside `hosts` as they are (monitoring among them).
+        shared = {key: copy.deepcopy(one[key]) for key in FLEET_SECTIONS if key in one and key != "hosts"}
+        return {**shared, "nvidia": nvidia, "hosts": entries}
 
     def write_stack(self, values: dict[str, Any]) -> Path:
         document = stack_document()

@@ -10,9 +10,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sshhost.bed import Bed, host_unit_order, names
+from sshhost.bed import Bed, host_unit_graph, host_unit_order, names
 
 ORDER = host_unit_order()
+# Each unit's needs, read from the same plan: units that wait for none of each other run side by side.
+NEEDS = host_unit_graph()
 # host: the host's side of the connection dies with its command; client: the connection's sshd process is
 # killed, and the command runs on at the host until it next writes to the closed connection.
 DROPS = ("host", "client")
@@ -64,12 +66,45 @@ def bed_before(ladder: Ladder, index: int, root: Path) -> Bed:
     return Bed.copy_of(source, root)
 
 
-def converges(bed: Bed, first: str) -> None:
-    """The next `up` starts again at `first`, reaches the declared state, and a further preview is clean."""
+def dependents(unit: str) -> set[str]:
+    """The units that wait for `unit`, directly or through others."""
+    found: set[str] = set()
+    frontier = {unit}
+    while frontier:
+        frontier = {key for key, needs in NEEDS.items() if frontier & set(needs)} - found
+        found |= frontier
+    return found
+
+
+def cut_left(first: str, ops: list) -> list[str]:
+    """What an `up` cut at `first` left to do: the units from `first` on that it did not finish, in plan order."""
+    finished = {op.name for op in ops if op.operation != "read" and op.outcome == "ok"}
+    return [unit for unit in ORDER[ORDER.index(first):] if unit not in finished]
+
+
+def check_cut(first: str, ops: list, shared: bool = False) -> None:
+    """An `up` cut in `first`: that unit failed, nothing that waits for it ran, and what ran beside it either
+    finished or, where the cut took the host's one connection (`shared`), failed with it.
+
+    Which of the units beside it ran depends on when the failure came: a failed step stops the scheduling of new
+    ones, and those in flight finish (tests/engine)."""
+    acted = [op for op in ops if op.operation != "read"]
+    seen = [(op.name, op.outcome) for op in acted]
+    beside = set(ORDER[ORDER.index(first):]) - dependents(first) - {first}
+    failed = {op.name for op in acted if op.outcome != "ok"}
+    assert first in failed and not {op.name for op in acted} & dependents(first), seen
+    assert failed - {first} <= (beside if shared else set()), seen
+    assert all("the connection dropped" in op.error for op in acted if op.name in failed - {first}), seen
+    assert {op.name for op in acted if op.outcome == "ok"} <= beside, seen
+
+
+def converges(bed: Bed, left: list[str]) -> None:
+    """The next `up` runs each unit in `left` once and no other, reaches the declared state, and a further preview
+    is clean."""
     program = bed.program()
     ran = names(bed.up(program=program))
-    # The units from `first` on, each once; units that wait for none of each other finish in either order.
-    assert sorted(ran) == sorted(ORDER[ORDER.index(first):]) and len(ran) == len(set(ran)), ran
+    # Units that wait for none of each other finish in either order.
+    assert sorted(ran) == sorted(left) and len(ran) == len(set(ran)), ran
     problems = bed.problems()
     assert problems == [], problems
     assert bed.preview(program=program).changed() == {}
