@@ -11,7 +11,7 @@ import pytest
 
 from engine import ApplyError
 from sshhost.ladder import (DROPS, HALF_WAY, ORDER, Ladder, bed_before, build_ladder, check_cut, converges, cut_left,
-                            marker)
+                            differs_from_start, marker)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,6 @@ def test_a_drop_right_after_apt_get_still_lets_destroy_restore_the_start(ladder,
         bed.destroy()
         installed = (bed.tree / "var/lib/fakehost/dpkg-installed").read_text().split()
         assert "dkms" not in installed, "destroy left the packages the driver installed"
-        assert bed.digest() == ladder.start
+        assert bed.digest() == ladder.start, differs_from_start(ladder, bed)
     finally:
         bed.close()

@@ -10,6 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from fakehost.tree import tree_listing
 from sshhost.bed import Bed, host_unit_graph, host_unit_order, names
 
 ORDER = host_unit_order()
@@ -36,13 +37,14 @@ class Ladder:
     bed: Bed
     program: list
     start: str                  # digest of the seed
+    start_listing: dict         # the seed's paths, to say where a host differs from it
     converged: str              # digest after the clean `up`
     steps: list[Path]           # steps[k]: the host and state before unit k (0-based)
 
 
 def build_ladder(root: Path) -> Ladder:
     bed = Bed.seed(root / "clean")
-    start = bed.digest()
+    start, start_listing = bed.digest(), tree_listing(bed.tree)
     program = bed.program()
     steps: list[Path] = []
     for unit in ORDER:
@@ -54,7 +56,15 @@ def build_ladder(root: Path) -> Ladder:
         ran = names(bed.up(program=program, targets=[unit]))
         if ran != [unit]:
             raise AssertionError(f"a targeted up of {unit} ran {ran}")
-    return Ladder(bed, program, start, bed.digest(), steps)
+    return Ladder(bed, program, start, start_listing, bed.digest(), steps)
+
+
+def differs_from_start(ladder: Ladder, bed: Bed) -> list[str]:
+    """The paths where `bed`'s host differs from the seed, with what each holds there and here."""
+    here = tree_listing(bed.tree)
+    return [f"{path}: {ladder.start_listing.get(path)} -> {here.get(path)}"
+            for path in sorted(ladder.start_listing.keys() | here.keys())
+            if ladder.start_listing.get(path) != here.get(path)]
 
 
 def bed_before(ladder: Ladder, index: int, root: Path) -> Bed:
