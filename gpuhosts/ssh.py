@@ -32,6 +32,10 @@ from paramiko.ssh_exception import NoValidConnectionsError
 DIAL_ATTEMPTS = 10
 DIAL_TIMEOUT_S = 15.0
 TEMP_FILE = re.compile(r"^/tmp/gpuhosts-unit\.[A-Za-z0-9]+$")
+# The head of a one-command operation: the script from stdin into a file of its own, then stdin is empty for the
+# rest, as it is for an operation run on its own. Status 125 when the host cannot write the file.
+UPLOAD_THEN_RUN = ('uploaded=$(umask 077; mktemp /tmp/gpuhosts-unit.XXXXXXXX) && cat >"$uploaded" '
+                   '|| { echo "could not upload the script" >&2; exit 125; }\nexec </dev/null\n')
 KEY_TYPES = (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey)
 
 
@@ -252,7 +256,13 @@ class Connection:
         return Completed(status, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def run_script(self, script: str, command_template, stdin: bytes = b"") -> Completed:
-        """Upload `script` into a 0700 temporary file, then run `command_template(path)` with `stdin`."""
+        """Upload `script` into a 0600 temporary file, then run `command_template(path)` with `stdin`.
+
+        Without `stdin` (a probe, most ensures) both happen in one command: the script is the command's stdin,
+        and the command template reads the file's path from `$uploaded` (`command_template(None)`); the host
+        starts one session and one shell for the operation instead of two."""
+        if not stdin:
+            return self.exec(UPLOAD_THEN_RUN + command_template(None), script.encode())
         made = self.exec("umask 077; f=$(mktemp /tmp/gpuhosts-unit.XXXXXXXX) && cat >\"$f\" && printf '%s\\n' \"$f\"",
                          script.encode())
         path = made.stdout.strip()

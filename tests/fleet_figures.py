@@ -5,11 +5,13 @@ an in-sync refresh in one provider process, as a preview's refresh runs; then th
 hosts like kpro5 with its services. One line each, in a form to compare across changes:
 
     load: 1m=<l> 5m=<l> 15m=<l> cores=<n>                     (before the first figure; the machine's load)
-    fleet: hosts=<n> refresh_s=<s> connections=<n> units=<n> converge_s=<s>
+    fleet: hosts=<n> refresh_s=<s> connections=<n> units=<n> host_cpu_s=<s> converge_s=<s>
     plan: hosts=<n> seconds=<s> resources=<n>
 
 connections counts the provider's dials during the refresh (one per host when every host answers). The simulated
-hosts run their probes on this machine's cores, beside the provider: on real hosts that work is theirs. Pulumi's
+hosts run their probes on this machine's cores, beside the provider: on real hosts that work is theirs. host_cpu_s
+is what the hosts spent of it (their probes, shells and stand-ins), so host_cpu_s / cores bounds the refresh here
+from below, whatever the provider does. Pulumi's
 dynamic-provider server answers at most 4 calls at once (pulumi sdk/python/lib/pulumi/dynamic/__main__.py:
 `futures.ThreadPoolExecutor(max_workers=4)`), whatever the engine's parallelism, and every unit of every host goes
 through that one server. `--hosts 1,4` and `--plan-hosts 64` choose the sizes.
@@ -66,12 +68,28 @@ def fleet_line(root: Path, count: int) -> str:
         fleet.up(program=program)
         converge = time.monotonic() - began
         engine = fleet.engine
+        before = host_cpu_seconds(fleet)
         refresh, units, drifted = timed_refresh(engine)
+        host_cpu = host_cpu_seconds(fleet) - before
         suffix = f" drifted={sorted(drifted)}" if drifted else ""
         return (f"fleet: hosts={count} refresh_s={refresh:.2f} connections={engine.connections()} units={units} "
-                f"converge_s={converge:.1f}{suffix}")
+                f"host_cpu_s={host_cpu:.2f} converge_s={converge:.1f}{suffix}")
     finally:
         fleet.close()
+
+
+def host_cpu_seconds(fleet) -> float:
+    """CPU seconds the simulated hosts have spent on finished connections: each sshd reaps the connection's process,
+    which reaped the sessions and the probes they ran, so their time is in the sshd's cutime and cstime
+    (proc(5) /proc/pid/stat fields 16 and 17). Read once the provider process, and so its connections, ended."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for host in fleet.hosts:
+        if not host.ssh.wait_idle():
+            raise RuntimeError(f"{host.name}: a connection outlived the provider process")
+        fields = Path(f"/proc/{host.ssh.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[13]) + int(fields[14])  # cutime, cstime: fields 16 and 17, after pid and comm
+    return total / ticks
 
 
 def plan_line(root: Path, count: int) -> str:
