@@ -236,6 +236,14 @@ class ContainerConfig(_Model):
 
 
 
+# The DCGM packages of NVIDIA's CUDA repository the exporter and its metric catalog are pinned to: DCGM 4.5.3
+# (datacenter-gpu-manager-4-core 1:4.5.3-1, with its epoch as apt reports it) and dcgm-exporter 4.8.2 (its deb,
+# datacenter-gpu-manager-exporter_4.8.2-1_amd64.deb), the pair dcgm-exporter's tag 4.5.3-4.8.2 names.
+DCGM_VERSION = "1:4.5.3-1"
+DCGM_EXPORTER_VERSION = "4.8.2-1"
+DEBIAN_VERSION = re.compile(r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~]*(?:-[A-Za-z0-9.+~]+)?")
+
+
 class MonitoringSpec(_Model):
     """`gpuhosts:monitoring`: the exporters gpuhosts runs beside a stack and the files it writes for a Prometheus
     (and a Grafana) the user runs: alert rules, scrape targets, dashboards. Absent, none of it is installed."""
@@ -245,6 +253,13 @@ class MonitoringSpec(_Model):
                                                "network only with intent.")
     node_exporter_port: int = Field(9100, ge=1024, le=65535, description="Port of the node exporter. Default 9100.")
     dcgm_exporter_port: int = Field(9400, ge=1024, le=65535, description="Port of the DCGM exporter. Default 9400.")
+    dcgm_version: str = Field(DCGM_VERSION, description="Debian version of datacenter-gpu-manager-4-core that "
+                              f"the DCGM exporter runs on, held there: a package moved by hand is drift. Default "
+                              f"{DCGM_VERSION} (DCGM 4.5.3, which dcgm-exporter 4.5.3-4.8.2 is built for).")
+    dcgm_exporter_version: str = Field(DCGM_EXPORTER_VERSION, description="Debian version of "
+                                       "datacenter-gpu-manager-exporter, held there. Default "
+                                       f"{DCGM_EXPORTER_VERSION} (dcgm-exporter 4.5.3-4.8.2, whose metric names "
+                                       "the alert rules and dashboards use).")
     gpu_memory_full_ratio: float = Field(0.98, gt=0, le=1, description="Alert when a GPU's framebuffer is this full "
                                          "for 15 minutes. Default 0.98 (the engines reserve about 0.9 on purpose).")
     disk_free_ratio: float = Field(0.1, gt=0, lt=1, description="Alert when the training node's storage has less "
@@ -262,6 +277,15 @@ class MonitoringSpec(_Model):
     @classmethod
     def _bind(cls, value: str) -> str:
         return ip_address(value)
+
+    @field_validator("dcgm_version", "dcgm_exporter_version")
+    @classmethod
+    def _debian_version(cls, value: str) -> str:
+        # deb-version(7): [epoch:]upstream[-revision], upstream starting with a digit.
+        if not DEBIAN_VERSION.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Debian package version ([epoch:]upstream[-revision], e.g. "
+                             f"{DCGM_VERSION}); `apt-cache policy datacenter-gpu-manager-4-core` lists them")
+        return value
 
     @field_validator("files_dir")
     @classmethod

@@ -296,6 +296,12 @@ def _trainer_rules(watch: Watch, host: dict[str, str], cat: Catalog) -> list[dic
               None, "critical", f"training on {watch.stack} stalled",
               "No new training step for longer than the monitor's stall threshold (max of its floor and ten median "
               "step intervals); a rank died or a collective hangs."),
+        # a signal ended the launch through speculators' graceful shutdown: no step comes, but it is no stall
+        _rule("GpuhostsTrainingInterrupted",
+              f"{monitor['interrupted'].name}{_sel(job=_job('training-monitor'), **host)} == 1",
+              "5m", "warning", f"training on {watch.stack} was interrupted",
+              "The training launch ended on a signal and saved its state under interrupted/; nothing trains until "
+              "it is launched again (a reboot, an OOM kill of the launcher, or a stop by hand)."),
     ]
 
 

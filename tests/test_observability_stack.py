@@ -59,6 +59,7 @@ CASES = [
     ({"nodeExporterPort": 80}, "gpuhosts:monitoring.nodeExporterPort", "greater than or equal to 1024"),
     ({"filesDir": "/etc"}, "gpuhosts:monitoring.filesDir", "a folder of its own"),
     ({"scrapeToken": "x"}, "gpuhosts:monitoring.scrapeToken", ""),
+    ({"dcgmExporterVersion": "latest"}, "gpuhosts:monitoring.dcgmExporterVersion", "not a Debian package version"),
 ]
 
 

@@ -49,5 +49,8 @@ def plan_dcgm_exporter(spec: MonitoringSpec, needs: tuple[str, ...]) -> Unit:
         program=PROGRAM, argv=(PROGRAM, "-f", counters.path, "-a", listen), listen=listen,
         port_field="gpuhosts:monitoring.dcgmExporterPort",
         description="NVIDIA DCGM exporter", documentation="https://github.com/NVIDIA/dcgm-exporter",
-        extra_files=(counters,), empty_dirs=folders_above(spec.files_dir), repository="NVIDIA's CUDA repository for this distribution must be configured"),
+        extra_files=(counters,), empty_dirs=folders_above(spec.files_dir),
+        repository="NVIDIA's CUDA repository for this distribution must be configured",
+        versions=((PACKAGES[0], spec.dcgm_version, "gpuhosts:monitoring.dcgmVersion"),
+                  (PACKAGES[1], spec.dcgm_exporter_version, "gpuhosts:monitoring.dcgmExporterVersion"))),
         needs)

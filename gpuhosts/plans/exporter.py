@@ -34,6 +34,9 @@ class Exporter:
     empty_dirs: tuple[str, ...] = ()
     # Where the packages come from, when it is not the distribution (said in the refusal when apt cannot find them).
     repository: str = ""
+    # Package -> the Debian version it is held at (`apt-get install name=version`), and the stack field that says
+    # so; a package without one takes the distribution's.
+    versions: tuple[tuple[str, str, str], ...] = ()
 
 
 def listen_address(bind: str, port: int) -> str:
@@ -41,10 +44,23 @@ def listen_address(bind: str, port: int) -> str:
     return f"[{bind}]:{port}" if ":" in bind else f"{bind}:{port}"
 
 
-def package_fact(package: str) -> Fact:
+def package_fact(package: str, version: str | None = None) -> Fact:
+    """Whether `package` is installed; with `version`, the version dpkg has of it, so a package upgraded or
+    downgraded by hand is drift. The epoch is left out of what is compared where `version` has none (a deb's file
+    name has none: datacenter-gpu-manager-exporter_4.8.2-1_amd64.deb)."""
+    if version is None:
+        return Fact(f"package {package}",
+                    f"dpkg-query -W -f='${{Status}}' {package} 2>/dev/null | grep -q 'install ok installed' "
+                    "&& echo installed || echo missing", "installed")
+    strip = "" if ":" in version else " | sed 's/^[0-9]*://'"
     return Fact(f"package {package}",
-                f"dpkg-query -W -f='${{Status}}' {package} 2>/dev/null | grep -q 'install ok installed' "
-                "&& echo installed || echo missing", "installed")
+                f"{{ dpkg-query -W -f='${{Status}} ${{Version}}' {package} 2>/dev/null | "
+                f"sed -n 's/^install ok installed //p' | grep . || echo missing; }}{strip}", version)
+
+
+def pinned_names(exporter: Exporter) -> list[str]:
+    pinned = {package: version for package, version, _field in exporter.versions}
+    return [f"{p}={pinned[p]}" if p in pinned else p for p in exporter.packages]
 
 
 def plan_exporter(exporter: Exporter, needs: tuple[str, ...]) -> Unit:
@@ -53,12 +69,16 @@ def plan_exporter(exporter: Exporter, needs: tuple[str, ...]) -> Unit:
         description=f"{exporter.description} on {exporter.listen} (gpuhosts)", documentation=exporter.documentation,
         user=exporter.user, argv=list(exporter.argv)))
     files = [*exporter.extra_files, unit_file]
-    facts = [*(package_fact(p) for p in exporter.packages), *files_facts(files), *systemd_unit_facts(unit_file)]
+    pinned = {package: version for package, version, _field in exporter.versions}
+    facts = [*(package_fact(p, pinned.get(p)) for p in exporter.packages), *files_facts(files),
+             *systemd_unit_facts(unit_file)]
     values = dict(unit=exporter.key, unit_name=exporter.unit_name, package_unit=exporter.package_unit,
                   packages=list(exporter.packages), package_listens=exporter.package_listens,
+                  versions=[pinned.get(p, "") for p in exporter.packages],
+                  version_fields=[next((f for q, _v, f in exporter.versions if q == p), "") for p in exporter.packages],
                   program=exporter.program, port_field=exporter.port_field, listen=exporter.listen,
                   repository=exporter.repository, files=files,
-                  summary=f"{exporter.description} ({', '.join(exporter.packages)}) on {exporter.listen}")
+                  summary=f"{exporter.description} ({', '.join(pinned_names(exporter))}) on {exporter.listen}")
     dirs = sorted({posixpath.dirname(f.path) for f in exporter.extra_files} | set(exporter.empty_dirs),
                   key=lambda d: (-len(d), d))
     return Unit(

@@ -744,7 +744,28 @@ def dpkg_list(r) -> list:
 VERSION_SETTINGS = {"pve-manager": "pve_version", "pve-container": "pve_container_version"}
 
 
+# Versions a repository offers, newest last, for the packages a stack holds at one: NVIDIA's CUDA repository for
+# Debian 12 had DCGM 1:4.5.3-1 and 1:4.6.1-1 side by side (an apt error a DCGM install quotes: "Depends:
+# datacenter-gpu-manager-4-multinode (= 1:4.5.3-1) but 1:4.6.1-1 is to be installed"), and the exporter's debs
+# carry no epoch (datacenter-gpu-manager-exporter_4.8.2-1_amd64.deb). 4.9.0-1 stands for a later exporter.
+REPOSITORY = {
+    "datacenter-gpu-manager-4-core": ("1:4.5.3-1", "1:4.6.1-1"),
+    "datacenter-gpu-manager-exporter": ("4.8.2-1", "4.9.0-1"),
+}
+VERSIONS_FILE = "var/lib/fakehost/dpkg-versions"
+
+
+def installed_versions(r) -> dict:
+    p = r / VERSIONS_FILE
+    return dict(line.split(" ", 1) for line in p.read_text().splitlines() if line) if p.exists() else {}
+
+
 def pkg_version(name, r=None):
+    held = installed_versions(r if r is not None else tree()).get(name)
+    if held:
+        return held
+    if name in REPOSITORY:
+        return REPOSITORY[name][-1]
     setting = VERSION_SETTINGS.get(name)
     if setting and setting in settings(r):
         return settings(r)[setting]
@@ -765,8 +786,24 @@ def cmd_apt_get(argv):
             words.append(a)
     if not words:
         raise Fail("E: No command given", 100)
-    sub, pkgs = words[0], words[1:]
+    sub, asked = words[0], words[1:]
+    # name=version (apt-get(8): "a specific version of a package can be selected for installation by following
+    # the package name with an equals and the version"); the version must be one the repository offers.
+    wanted = {}
+    for word in asked:
+        name, _, version = word.partition("=")
+        if version:
+            if sub == "install" and version not in REPOSITORY.get(name, (pkg_version(name),)):
+                raise Fail(f"E: Version '{version}' for '{name}' was not found", 100)
+            wanted[name] = version
+    pkgs = [word.partition("=")[0] for word in asked]
     have = dpkg_list(r)
+    versions = installed_versions(r)
+    moved = [p for p in pkgs if p in have and p in wanted and versions.get(p, pkg_version(p, r)) != wanted[p]]
+    if sub == "install" and moved:
+        down = [p for p in moved if compare_versions(wanted[p], versions.get(p, pkg_version(p, r))) < 0]
+        if down and yes and not any(a in ("--allow-downgrades",) for a in argv):
+            raise Fail("E: Packages were downgraded and -y was used without --allow-downgrades.", 100)
     if sub in ("update", "autoremove", "clean"):
         print("Reading package lists... Done")
         return 0
@@ -778,6 +815,8 @@ def cmd_apt_get(argv):
                                  or (p.startswith("proxmox-headers-") and not p.endswith("-pve"))):
             raise Fail(f"E: Unable to locate package {p}", 100)
     todo = [p for p in pkgs if (p not in have) == (sub == "install")]
+    if sub == "install":
+        todo += [p for p in moved if p not in todo]
     for p in pkgs:
         if p not in todo:
             print(f"{p} is already the newest version ({pkg_version(p)})." if sub == "install"
@@ -787,8 +826,18 @@ def cmd_apt_get(argv):
         return 1
     verb = "Setting up" if sub == "install" else "Removing"
     for p in todo:
-        print(f"{verb} {p} ({pkg_version(p)}) ...")
-    new = have + todo if sub == "install" else [p for p in have if p not in todo]
+        print(f"{verb} {p} ({wanted.get(p) or pkg_version(p, r)}) ...")
+    for p in todo:
+        if sub == "install":
+            versions[p] = wanted.get(p) or pkg_version(p, r)
+        else:
+            versions.pop(p, None)
+    held = "".join(f"{p} {v}\n" for p, v in sorted(versions.items()) if p in REPOSITORY)
+    if held:
+        write(r / VERSIONS_FILE, held)
+    else:
+        (r / VERSIONS_FILE).unlink(missing_ok=True)
+    new = [p for p in dict.fromkeys(have + todo)] if sub == "install" else [p for p in have if p not in todo]
     # dpkg writes its status database sorted by package name (lib/dpkg/dbmodify.c, writedb: pkg_array_sort), so
     # two installs that finish in either order leave the same database.
     write(r / "var/lib/fakehost/dpkg-installed", "".join(p + "\n" for p in sorted(new)))

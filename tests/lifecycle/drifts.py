@@ -184,6 +184,12 @@ DRIFTS = [
           on_host('rm "$GPUHOSTS_HOST_ROOT/etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-trainer.rules.yml"'),
           {"monitoring-files": 'facts["file /etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-trainer.rules.yml"]'},
           names={"monitoring-files": "missing"}),
+    # A newer exporter from the same repository, as an `apt-get upgrade` brings it: its metric names may differ
+    # from the catalog's, so the stack holds it (gpuhosts:monitoring.dcgmExporterVersion).
+    Drift("the DCGM exporter upgraded by hand", "kpro5",
+          on_host("apt-get install -y datacenter-gpu-manager-exporter=4.9.0-1 >/dev/null"),
+          {"dcgm-exporter": 'facts["package datacenter-gpu-manager-exporter"]'},
+          names={"dcgm-exporter": "4.9.0-1"}),
     Drift("monitor unit edited", "trainer",
           on_host('printf "Nice=5\\n" >>"$GPUHOSTS_HOST_ROOT/etc/systemd/system/gpuhosts-training-monitor.service"'),
           {"training-monitor": 'facts["file /etc/systemd/system/gpuhosts-training-monitor.service"]'}),

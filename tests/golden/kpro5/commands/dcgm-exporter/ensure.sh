@@ -1,17 +1,40 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dcgm-exporter]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
-# NVIDIA DCGM exporter (datacenter-gpu-manager-4-core, datacenter-gpu-manager-exporter) on 127.0.0.1:9400
+# NVIDIA DCGM exporter (datacenter-gpu-manager-4-core=1:4.5.3-1, datacenter-gpu-manager-exporter=4.8.2-1) on 127.0.0.1:9400
 unit_name=gpuhosts-dcgm-exporter.service
 package_unit=nvidia-dcgm-exporter.service
 packages=(datacenter-gpu-manager-4-core datacenter-gpu-manager-exporter)
+# The version each package is held at, "" for the distribution's, and the stack field that holds it.
+versions=(1:4.5.3-1 4.8.2-1)
+version_fields=(gpuhosts:monitoring.dcgmVersion gpuhosts:monitoring.dcgmExporterVersion)
 state="$state_dir/"dcgm-exporter.state
 restart=0
-is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+installed_version() {
+  { dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null || true; } | sed -n 's/^install ok installed //p'
+}
+# A version given without an epoch matches the installed one with or without it.
+version_matches() { [ "$1" = "$2" ] || { [ "${2#*:}" = "$2" ] && [ "${1#*:}" = "$2" ]; }; }
 
 missing=()
-for pkg in "${packages[@]}"; do
-  is_installed "$pkg" || missing+=("$pkg")
+moved=()
+for index in "${!packages[@]}"; do
+  pkg="${packages[$index]}" want="${versions[$index]}"
+  have="$(installed_version "$pkg")"
+  if [ -z "$have" ]; then
+    missing+=("$pkg${want:+=$want}")
+  elif [ -n "$want" ] && ! version_matches "$have" "$want"; then
+    say "$pkg is at $have, not ${version_fields[$index]} $want"
+    moved+=("$pkg=$want")
+  fi
 done
+if [ "${#moved[@]}" -gt 0 ]; then
+  # Back to the version the stack holds it at, up or down; the install's record stays as it was, so teardown
+  # still purges only what gpuhosts installed.
+  with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --allow-downgrades --no-install-recommends \
+    "${moved[@]}" || refuse "apt-get could not install ${moved[*]}: is that version in the repository?"' (NVIDIA'"'"'s CUDA repository for this distribution must be configured)'
+  note_change "installed ${moved[*]}"
+  restart=1
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
   # The package's own unit listens on every address (dcgm-exporter's default -a :9400): masked before the
   # install, so its maintainer scripts cannot start it (deb-systemd-invoke starts only an enabled unit), and
@@ -23,7 +46,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     systemctl mask --quiet "$package_unit"
     note_change "masked $package_unit"
   fi
-  printf 'installed_packages=%s\n' "${missing[*]}" >>"$state"
+  printf 'installed_packages=%s\n' "${missing[*]%%=*}" >>"$state"
   with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
     || refuse "apt-get could not install ${missing[*]}"' (NVIDIA'"'"'s CUDA repository for this distribution must be configured)'
   note_change "installed ${missing[*]}"
