@@ -211,8 +211,7 @@ def _engine_rules(engine: EngineWatch, host: dict[str, str], cat: Catalog) -> li
         # A rule on a metric name nobody read from the release would never fire: refused, not guessed.
         raise ConfigError([Problem(path=f"{NAMESPACE}:monitoring", message=(
             f"service {engine.service} runs {engine.exporter} {engine.release}, whose metrics are not known: "
-            f"{missing.args[0]}; add its release's metric names to gpuhosts/metrics-catalog.yaml, or leave "
-            "gpuhosts:monitoring out of the stack"))]) from None
+            f"{missing.args[0]}, or leave gpuhosts:monitoring out of the stack"))]) from None
     sel = _sel(job=_job("engines"), **host, service=engine.service)
     itl = release["inter_token_latency"].name
     # Per-stream decode speed, the gate's measure: over a window the tokens observed (count) over the time they
