@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from . import BIN, host_env, kernel
-from .util import Fail, kernel_release, root, settings, tree, write
+from .util import Fail, kernel_release, replace_file, root, settings, tree, write
 
 
 # ---- modprobe configuration -----------------------------------------------------------------------------
@@ -834,13 +834,13 @@ def cmd_apt_get(argv):
             versions.pop(p, None)
     held = "".join(f"{p} {v}\n" for p, v in sorted(versions.items()) if p in REPOSITORY)
     if held:
-        write(r / VERSIONS_FILE, held)
+        replace_file(r / VERSIONS_FILE, held)
     else:
         (r / VERSIONS_FILE).unlink(missing_ok=True)
     new = [p for p in dict.fromkeys(have + todo)] if sub == "install" else [p for p in have if p not in todo]
     # dpkg writes its status database sorted by package name (lib/dpkg/dbmodify.c, writedb: pkg_array_sort), so
     # two installs that finish in either order leave the same database.
-    write(r / "var/lib/fakehost/dpkg-installed", "".join(p + "\n" for p in sorted(new)))
+    replace_file(r / "var/lib/fakehost/dpkg-installed", "".join(p + "\n" for p in sorted(new)))
     for p in todo:
         if p in PAYLOADS:
             unpack(r, p) if sub == "install" else remove_payload(r, p, purge=sub == "purge")

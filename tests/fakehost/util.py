@@ -67,6 +67,17 @@ def write(path: Path, text, mode=None):
         path.chmod(mode)
 
 
+def replace_file(path: Path, text: str) -> None:
+    """Write a database file as dpkg writes its status: to a new file, then renamed over the old one
+    (lib/dpkg/dbmodify.c writedb, "status-new"), so a reader at the same moment, such as another unit's
+    dpkg-query outside the lock, sees the old database or the new, never a file cut short."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = path.with_name(f".{path.name}.new-{os.getpid()}")
+    new.write_text(text)
+    new.chmod(0o644)  # dpkg's status is 0644 whatever the caller's umask
+    os.replace(new, path)
+
+
 def rel(r: Path, p: str) -> Path:
     """Host path ``p`` (absolute, unprefixed) inside the tree ``r``."""
     return r / p.lstrip("/")
