@@ -46,10 +46,12 @@ class Catalog(_Row):
     def release(self, exporter: str, version: str) -> Release:
         releases = self.exporters.get(exporter)
         if releases is None:
-            raise KeyError(f"the metric catalog ({CATALOG_FILE.name}) has no exporter {exporter!r}")
+            raise KeyError(f"the metric catalog (gpuhosts/{CATALOG_FILE.name}) has no exporter {exporter!r}: add "
+                           f"its releases' metrics there, read from each release's code")
         if version not in releases:
-            raise KeyError(f"the metric catalog ({CATALOG_FILE.name}) has no {exporter} release {version}: add its "
-                           f"metrics, read from that release's code (known: {', '.join(releases)})")
+            raise KeyError(f"the metric catalog (gpuhosts/{CATALOG_FILE.name}) has no {exporter} release "
+                           f"{version}: add its metrics there, read from that release's code (known: "
+                           f"{', '.join(releases)})")
         return releases[version]
 
     def metric(self, exporter: str, version: str, role: str) -> MetricDef:
