@@ -58,9 +58,9 @@ def package_fact(package: str, version: str | None = None) -> Fact:
                 f"sed -n 's/^install ok installed //p' | grep . || echo missing; }}{strip}", version)
 
 
-def pinned_names(exporter: Exporter) -> list[str]:
-    pinned = {package: version for package, version, _field in exporter.versions}
-    return [f"{p}={pinned[p]}" if p in pinned else p for p in exporter.packages]
+def pins(exporter: Exporter) -> dict[str, tuple[str, str]]:
+    """Package -> (the version it is held at, the stack field that says so)."""
+    return {package: (version, field) for package, version, field in exporter.versions}
 
 
 def plan_exporter(exporter: Exporter, needs: tuple[str, ...]) -> Unit:
@@ -69,16 +69,18 @@ def plan_exporter(exporter: Exporter, needs: tuple[str, ...]) -> Unit:
         description=f"{exporter.description} on {exporter.listen} (gpuhosts)", documentation=exporter.documentation,
         user=exporter.user, argv=list(exporter.argv)))
     files = [*exporter.extra_files, unit_file]
-    pinned = {package: version for package, version, _field in exporter.versions}
-    facts = [*(package_fact(p, pinned.get(p)) for p in exporter.packages), *files_facts(files),
+    held = pins(exporter)
+    facts = [*(package_fact(p, held[p][0] if p in held else None) for p in exporter.packages), *files_facts(files),
              *systemd_unit_facts(unit_file)]
     values = dict(unit=exporter.key, unit_name=exporter.unit_name, package_unit=exporter.package_unit,
                   packages=list(exporter.packages), package_listens=exporter.package_listens,
-                  versions=[pinned.get(p, "") for p in exporter.packages],
-                  version_fields=[next((f for q, _v, f in exporter.versions if q == p), "") for p in exporter.packages],
+                  versions=[held.get(p, ("", ""))[0] for p in exporter.packages],
+                  version_fields=[held.get(p, ("", ""))[1] for p in exporter.packages],
                   program=exporter.program, port_field=exporter.port_field, listen=exporter.listen,
                   repository=exporter.repository, files=files,
-                  summary=f"{exporter.description} ({', '.join(pinned_names(exporter))}) on {exporter.listen}")
+                  summary=f"{exporter.description} "
+                          f"({', '.join(f'{p}={held[p][0]}' if p in held else p for p in exporter.packages)}) "
+                          f"on {exporter.listen}")
     dirs = sorted({posixpath.dirname(f.path) for f in exporter.extra_files} | set(exporter.empty_dirs),
                   key=lambda d: (-len(d), d))
     return Unit(
