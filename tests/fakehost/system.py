@@ -787,8 +787,9 @@ def cmd_apt_get(argv):
     if not words:
         raise Fail("E: No command given", 100)
     sub, asked = words[0], words[1:]
-    # name=version (apt-get(8): "a specific version of a package can be selected for installation by following
-    # the package name with an equals and the version"); the version must be one the repository offers.
+    # name=version (apt-get(8): a version is selected by following the package name with an equals and the
+    # version); one the repository lacks fails as apt 2.6's does (apt-pkg/cacheset.cc: "Version '%s' for '%s' was
+    # not found"), and a downgrade under -y needs --allow-downgrades (apt-private/private-install.cc).
     wanted = {}
     for word in asked:
         name, _, version = word.partition("=")
