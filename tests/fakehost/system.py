@@ -800,9 +800,9 @@ def cmd_apt_get(argv):
     pkgs = [word.partition("=")[0] for word in asked]
     have = dpkg_list(r)
     versions = installed_versions(r)
-    moved = [p for p in pkgs if p in have and p in wanted and versions.get(p, pkg_version(p, r)) != wanted[p]]
+    moved = [p for p in pkgs if p in have and p in wanted and pkg_version(p, r) != wanted[p]]
     if sub == "install" and moved:
-        down = [p for p in moved if compare_versions(wanted[p], versions.get(p, pkg_version(p, r))) < 0]
+        down = [p for p in moved if compare_versions(wanted[p], pkg_version(p, r)) < 0]
         if down and yes and not any(a in ("--allow-downgrades",) for a in argv):
             raise Fail("E: Packages were downgraded and -y was used without --allow-downgrades.", 100)
     if sub in ("update", "autoremove", "clean"):
@@ -838,7 +838,7 @@ def cmd_apt_get(argv):
         replace_file(r / VERSIONS_FILE, held)
     else:
         (r / VERSIONS_FILE).unlink(missing_ok=True)
-    new = [p for p in dict.fromkeys(have + todo)] if sub == "install" else [p for p in have if p not in todo]
+    new = list(dict.fromkeys(have + todo)) if sub == "install" else [p for p in have if p not in todo]
     # dpkg writes its status database sorted by package name (lib/dpkg/dbmodify.c, writedb: pkg_array_sort), so
     # two installs that finish in either order leave the same database.
     replace_file(r / "var/lib/fakehost/dpkg-installed", "".join(p + "\n" for p in sorted(new)))
