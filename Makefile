@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: plan test test-full bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
+.PHONY: pulumi plan test test-full bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -18,6 +18,13 @@ $(UV):
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 	$(UV) sync --frozen --python $(PYTHON)
 	touch $@
+
+# The Pulumi CLI and its Python language host built with `go` from tools/pulumi/go.mod (every module hash-pinned by
+# its go.sum) into .tools/pulumi, the two Python shims of the sdk/v3 module and a link to uv beside them:
+# export PATH="$PWD/.tools/pulumi:$PATH". Built once per machine; a changed pin or source builds again.
+PULUMI_TOOLS := $(TOOLS)/pulumi
+pulumi: $(UV)
+	tools/pulumi/build.sh $(PULUMI_TOOLS) $(UV)
 
 plan: $(VENV)/.synced
 	$(VENV)/bin/gpuhosts plan $(STACK) --out build/plan/$(STACK)
