@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: pulumi plan test test-full bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
+.PHONY: pulumi plan test test-full test-pulumi bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -43,11 +43,20 @@ system-deps:
 # The quick tier, after every change: every unit kind by its plan and one converge on the simulated host; the
 # scenario suites (faults, fidelity, hostile input, every drift case) are marked `full` (tests/conftest.py).
 test: $(VENV)/.synced system-deps
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts="" -m "not full"
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts="" -m "not full and not pulumi"
 
-# Everything: the quick tier first (a red quick tier stops there), then the scenario suites it leaves out. CI runs it.
+# Everything: the quick tier first (a red quick tier stops there), then the scenario suites it leaves out, then the
+# real-engine tier. CI runs it.
 test-full: test
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts="" -m full
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts="" -m "full and not pulumi"
+	$(MAKE) test-pulumi
+
+# The real-engine tier: every lifecycle claim through the Pulumi CLI that `make pulumi` builds, against simulated
+# hosts over SSH on loopback, the file backend in a temporary folder (tests/realengine); prints its figure lines.
+test-pulumi: pulumi $(VENV)/.synced system-deps
+	rm -rf build/pulumi-figures
+	GPUHOSTS_REAL_ENGINE=required $(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts="" -m pulumi tests/realengine
+	PYTHONPATH=tests $(VENV)/bin/python -m realengine.figures
 
 golden: $(VENV)/.synced
 	GPUHOSTS_UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/test_golden.py

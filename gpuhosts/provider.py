@@ -36,14 +36,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import time
 import uuid
 from typing import Any
 
 from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateResult
 
-from gpuhosts import protocol
+from gpuhosts import oplog, protocol
 from gpuhosts.facts import keyed_observed
 from gpuhosts.render import render
 from gpuhosts.ssh import (DIAL_ATTEMPTS, Completed, Connection, ConnectionDropped, HostKeyChanged, KeyRefused, Pool,
@@ -145,6 +144,7 @@ class HostUnitProvider(ResourceProvider):
     def configure(self, req) -> None:
         global _CONFIG
         _CONFIG = dict(req.config._props)
+        oplog.to_configured_destination()
 
     # --- the engine's operations -------------------------------------------------------------------------------
     def create(self, props: dict[str, Any]) -> CreateResult:
@@ -337,11 +337,7 @@ def host_label(props: dict[str, Any]) -> str:
     return f"{host_name(props)} ({target.get('user')}@{target.get('address')}:{target.get('port')})"
 
 
-def _log(line: str) -> None:
-    # The provider's stderr is the engine's log of it; never a secret here, only unit names and figures. One write
-    # per line, newline included, so that lines of the units' threads never run together.
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+_log = oplog.write
 
 
 def _config_value(name: str) -> str | None:

@@ -21,13 +21,14 @@ import io
 import re
 import select
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass
 
 import paramiko
 from paramiko.ssh_exception import NoValidConnectionsError
+
+from gpuhosts import oplog
 
 DIAL_ATTEMPTS = 10
 DIAL_TIMEOUT_S = 15.0
@@ -154,11 +155,8 @@ class Connection:
                 client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
             try:
                 self.dials += 1
-                # One write per line: print() writes the line and its newline apart, and the units' threads log
-                # at once, so two lines could run together and a reader of the log miss a dial.
-                sys.stderr.write(f"gpuhosts-ssh: dial {target.user}@{target.address}:{target.port} "
-                                 f"attempt {attempt + 1}\n")
-                sys.stderr.flush()
+                oplog.write(f"gpuhosts-ssh: dial {target.user}@{target.address}:{target.port} "
+                            f"attempt {attempt + 1}")
                 client.connect(target.address, port=target.port, username=target.user, pkey=self._key,
                                timeout=self._dial_timeout, banner_timeout=self._dial_timeout,
                                auth_timeout=self._dial_timeout, allow_agent=False, look_for_keys=False)

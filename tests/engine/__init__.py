@@ -62,6 +62,8 @@ import grpc
 from pulumi.runtime import proto, rpc
 from pulumi.runtime.proto import provider_pb2_grpc
 
+from gpuhosts.oplog import DESTINATION_VARIABLE
+
 PROJECT = Path(__file__).resolve().parents[2]
 HOST_UNIT_PREFIX = "pulumi-python:dynamic"
 PROVIDER_KEY = "__provider"
@@ -153,6 +155,8 @@ class ProviderServer:
         environment = dict(env or os.environ)
         environment["PYTHONPATH"] = os.pathsep.join([str(PROJECT), environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         environment.setdefault("PULUMI_PROJECT", "gpuhosts")
+        # The provider's per-operation lines (gpuhosts/oplog.py), onto the stderr this harness reads.
+        environment[DESTINATION_VARIABLE] = "/dev/stderr"
         self.process = subprocess.Popen([sys.executable, "-u", "-m", "pulumi.dynamic"], stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, env=environment, cwd=PROJECT)
         port = self.process.stdout.readline().decode().strip()

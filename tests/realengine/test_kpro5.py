@@ -1,0 +1,87 @@
+"""kpro5 through the real Pulumi CLI: `pulumi stack init` from the committed stack file, aimed at a simulated Proxmox
+host over SSH on loopback, its secrets set with `pulumi config set --secret`; `preview --diff` on the fresh host,
+`up`, `up` again with nothing to do, `refresh`, the state as `stack export` shows it, and `destroy` back to the start.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from realengine import Stack
+from realengine.hosts import differences, entries
+from sshhost import free_port
+from sshhost.bed import A6000, RTX3090_FUNCTIONS, SECRETS, Bed
+
+pytestmark = pytest.mark.pulumi
+
+
+def test_kpro5_preview_up_again_refresh_and_destroy(project, sglang, tmp_path, figures):
+    bed = Bed.seed(tmp_path / "host")
+    try:
+        start = entries(bed.tree)
+        values = bed.services_values(sglang.port, free_port())
+        stack = Stack(project, "kpro5", "kpro5", values, bed.secrets())
+        stack_file = stack.file.read_text()
+        assert stack_file.count("secure: v1:") == 3 and "encryptionsalt: v1:" in stack_file
+        assert not [name for name, value in bed.secrets().items() if value.strip() in stack_file]
+
+        preview = stack.preview()
+        planned = preview.changed()
+        units = {name for name, (op, _) in planned.items() if op == "create"}
+        assert {"vfio-binding", "nvidia-driver", "ct129-nvidia-userspace", "ct129-service-qwen-sglang",
+                "ct129-gate-qwen-sglang"} <= units, planned
+        assert {op for op, _ in planned.values()} == {"create"}
+        assert entries(bed.tree) == start, "a preview changed the host"
+
+        up = stack.up()
+        created = up.changed()
+        assert set(created) == set(planned) and set(created.values()) == {"create"}, created
+        assert sorted(unit for unit, script in up.host_operations) == sorted(
+            name for name in created if name in units_of(stack)), up.host_operations
+        assert bed.problems(values) == []
+        for function in RTX3090_FUNCTIONS:
+            assert bed.driver(function) == "vfio-pci", function
+        for address in A6000:
+            assert bed.driver(address) == "nvidia", address
+        converged = entries(bed.tree)
+
+        again = stack.up()
+        assert again.changed() == {} and again.host_operations == [], (again.changed(), again.host_operations)
+        assert entries(bed.tree) == converged
+
+        refresh = stack.refresh()
+        assert refresh.changed() == {} and refresh.host_operations == []
+        assert stack.preview().changed() == {}
+
+        outputs = stack.outputs()
+        gate = outputs["services"]["qwen-sglang"]
+        assert gate["port"] == sglang.port and gate["gate"]["passed"] is True, gate
+        assert outputs["rebootRequired"] is True  # the vfio binding rewrote the initramfs
+
+        state = stack.export()
+        text = json.dumps(state)
+        assert [key for key, value in {**SECRETS, "ssh": bed.ssh.private_key.read_text().strip()}.items()
+                if value in text] == []
+        resources = state["deployment"]["resources"]
+        providers = [r for r in resources if r["type"].startswith("pulumi:providers:")]
+        assert [p["type"] for p in providers] == ["pulumi:providers:pulumi-python"]
+        pickled = {r["inputs"]["__provider"] for r in resources if "__provider" in r.get("inputs", {})}
+        assert len(pickled) == 1 and len(next(iter(pickled))) < 200, "the provider is pickled by reference, once"
+
+        gone = stack.destroy()
+        assert set(gone.changed().values()) == {"delete"} and set(gone.changed()) == set(created)
+        assert stack.resources().keys() <= {"pulumi:pulumi:Stack"}
+        assert differences(start, entries(bed.tree)) == []
+        assert (bed.tree / "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json").is_file()
+        figures.add("kpro5", preview_s=preview.run.seconds, up_s=up.seconds, noop_up_s=again.seconds,
+                    refresh_s=refresh.seconds, destroy_s=gone.seconds, host_restored="yes",
+                    state_kb=round(len(json.dumps(state)) / 1024))
+    finally:
+        bed.close()
+
+
+def units_of(stack: Stack) -> set[str]:
+    """The host units among a stack's resources (the dynamic ones): the others are components."""
+    return {name for name, entry in stack.resources().items() if entry["type"].startswith("pulumi-python:dynamic")}
