@@ -162,11 +162,11 @@ class Project:
             raise RuntimeError(f"uv sync of the project copy failed:\n{synced.stderr}")
 
     def pulumi(self, *args: str, stack: str | None = None, input: str | None = None, check: bool = True,
-               timeout: float = COMMAND_CAP_S) -> Run:
+               timeout: float = COMMAND_CAP_S, cwd: Path | None = None) -> Run:
         argv = [str(PULUMI_TOOLS / "pulumi"), *args, "--non-interactive", *(["--stack", stack] if stack else [])]
         log_start = self.provider_log.stat().st_size if self.provider_log.exists() else 0
         started = time.monotonic()
-        result = subprocess.run(argv, cwd=self.root, env=self.env, input=input, capture_output=True, text=True,
+        result = subprocess.run(argv, cwd=cwd or self.root, env=self.env, input=input, capture_output=True, text=True,
                                 timeout=timeout)
         run = Run(list(args), result.returncode, result.stdout, result.stderr, time.monotonic() - started,
                   self.host_operations(log_start))
@@ -270,3 +270,39 @@ class Stack:
     def interrupt(self, process: subprocess.Popen, first: int = signal.SIGINT) -> str:
         os.killpg(process.pid, first)
         return process.communicate(timeout=COMMAND_CAP_S)[0]
+
+
+FLOOR_PROGRAM = '''"""The real engine's own floor: one dynamic-provider resource whose provider does nothing."""
+import pulumi
+from pulumi.dynamic import CreateResult, ReadResult, Resource, ResourceProvider
+
+
+class Nothing(ResourceProvider):
+    def create(self, props):
+        return CreateResult("one", props)
+
+    def read(self, id, props):
+        return ReadResult(id, props)
+
+
+class One(Resource):
+    def __init__(self, name):
+        super().__init__(Nothing(), name, {"value": 1})
+
+
+One("one")
+'''
+
+
+def floor_noop_up(project: Project) -> float:
+    """`pulumi up` with nothing to do of a one-resource dynamic-provider stack, beside the project and with its
+    environment, its refresh on as gpuhosts' is: what the engine costs before gpuhosts adds anything."""
+    root = project.root.parent / f"{project.root.name}-floor"
+    root.mkdir(exist_ok=True)
+    (root / "__main__.py").write_text(FLOOR_PROGRAM)
+    (root / "Pulumi.yaml").write_text(yaml.safe_dump({
+        "name": "floor", "runtime": {"name": "python", "options": {
+            "toolchain": "uv", "virtualenv": str(project.root / ".venv")}}, "options": {"refresh": "always"}}))
+    project.pulumi("stack", "init", "floor", cwd=root)
+    project.pulumi("up", "--yes", "--skip-preview", stack="floor", cwd=root)
+    return project.pulumi("up", "--yes", "--skip-preview", "--json", stack="floor", cwd=root).seconds

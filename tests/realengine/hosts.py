@@ -31,9 +31,11 @@ def entries(tree: Path) -> dict[str, str]:
 
 
 def differences(before: dict[str, str], after: dict[str, str], kept: tuple[str, ...] = KEPT) -> list[str]:
-    """The paths that differ between two readings of a host, apart from what is kept on purpose."""
+    """The paths that differ between two readings of a host, apart from what is kept on purpose and the folders
+    that hold it."""
     changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
-    return [name for name in changed if not name.startswith(kept)]
+    return [name for name in changed
+            if not (name + "/").startswith(kept) and not any(folder.startswith(name + "/") for folder in kept)]
 
 
 class SglangStandin:
