@@ -63,7 +63,6 @@ def kpro5() -> dict:
 FULL_TIER = {
     "test_alerts_end_to_end.py": "a real Prometheus and Alertmanager started and an alert carried to a webhook",
     "lifecycle/test_faults.py": "a cut at every unit of an up, over SSH",
-    "lifecycle/test_drift.py": "every drift case shown and repaired over SSH",
     "lifecycle/test_decommission.py": "kpro6's destroy and a migration, over SSH",
     "lifecycle/test_renames.py": "renamed and re-nested units over SSH",
     "lifecycle/test_aliases.py": "stacks converged with the flat layout, taken over by the typed tree, over SSH",

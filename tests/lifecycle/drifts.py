@@ -3,17 +3,23 @@
 Each case tampers over SSH as an operator would, then `pulumi preview` (with its refresh) must show the unit and
 the field, `pulumi up` must run that unit's ensure and nothing else, and two previews after it must be clean.
 `refuse` cases are drift that ensure must not repair: the preview shows it, `up` refuses, and nothing changes.
-Shared by tests/lifecycle/test_drift.py and `make lifecycle`.
+Shared by tests/realengine/test_drift.py (through the real Pulumi CLI) and `make lifecycle`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+from fakehost.hub import HubApi
 from fakehost.installer import make_fake_run
+from sshhost.bed import PROJECT
 
 OTHER_DRIVER = "580.159.04"
 
@@ -228,3 +234,22 @@ DRIFTS = [
           refuse="Let the other guest go (pct stop 130 && pct set 130 --delete dev0)",
           names={"ct129-gpu-devices": "CT 130 (running with dev0: /dev/nvidia"}),
 ]
+
+
+# The stack file `gpuhosts check` reads: the SSH key only as a `secure:` value the Pulumi CLI alone decrypts.
+SECURE = {"secure": "v1:AAABAGxvY2tlZC1ieS10aGUtY2xpLW5vdC1oZXJlCg=="}
+
+
+def deep_check(bed, values) -> tuple[int, dict]:
+    """`gpuhosts check kpro5 --deep --json` against the bed, the Hub's listing served from its own registry."""
+    stack = bed.write_stack({**values, "sshPrivateKey": SECURE})
+    api = HubApi(bed.tree)
+    try:
+        environment = {k: v for k, v in os.environ.items() if k not in ("GPUHOSTS_SSH_KEY_FILE", "HF_TOKEN")}
+        result = subprocess.run([sys.executable, "-m", "gpuhosts.cli", "check", "kpro5", "--stack-file", str(stack),
+                                 "--ssh-key", str(bed.ssh.private_key), "--deep", "--json"], capture_output=True,
+                                text=True, cwd=PROJECT, env={**environment, "HF_ENDPOINT": api.endpoint}, timeout=300)
+    finally:
+        api.close()
+    assert re.search(r"^deep-check: ct129-model-qwen3-6-27b bytes=\d+ seconds=", result.stderr, re.M), result.stderr
+    return result.returncode, json.loads(result.stdout)

@@ -95,9 +95,10 @@ class Preview:
                 for step in self.steps if step["op"] not in ("same", "refresh", "read")}
 
     def facts(self, name: str) -> dict[str, Any]:
-        """The refreshed facts of a unit: the stored inputs the diff compared with the program's."""
+        """The refreshed facts of a unit: the old inputs its update step compared with the program's (its refresh
+        step's old state is the state before the refresh)."""
         for step in self.steps:
-            if urn_name(step["urn"]) == name:
+            if urn_name(step["urn"]) == name and step["op"] not in ("refresh", "read"):
                 return ((step.get("oldState") or {}).get("inputs") or {}).get("facts") or {}
         raise KeyError(name)
 
