@@ -219,6 +219,13 @@ class Stack:
     def pulumi(self, *args: str, stacked: bool = True, **options) -> Run:
         return self.project.pulumi(*args, stack=self.name if stacked else None, **options)
 
+    def set_values(self, values: dict[str, Any]) -> None:
+        """The stack file's plain values replaced, as an operator edits the file; its secrets and salt stay."""
+        document = yaml.safe_load(self.file.read_text())
+        secure = {k: v for k, v in document["config"].items() if isinstance(v, dict) and set(v) == {"secure"}}
+        document["config"] = {**{f"gpuhosts:{k}": v for k, v in values.items()}, **secure}
+        self.file.write_text(yaml.safe_dump(document, sort_keys=False))
+
     def set_secret(self, key: str, value: str) -> None:
         self.pulumi("config", "set", "--secret", f"gpuhosts:{key}", input=value)
 
