@@ -36,6 +36,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
+import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -145,6 +148,7 @@ class HostUnitProvider(ResourceProvider):
         global _CONFIG
         _CONFIG = dict(req.config._props)
         oplog.to_configured_destination()
+        watch_engine(sys.argv[1:])
 
     # --- the engine's operations -------------------------------------------------------------------------------
     def create(self, props: dict[str, Any]) -> CreateResult:
@@ -338,6 +342,34 @@ def host_label(props: dict[str, Any]) -> str:
 
 
 _log = oplog.write
+
+ENGINE_CHECK_S = 5.0
+_watching: list[threading.Thread] = []
+
+
+def watch_engine(argv: list[str]) -> None:
+    """Ends this provider process once the engine that started it is gone. Pulumi's Python dynamic-provider server
+    (sdk/python/lib/pulumi/dynamic/__main__.py `main`) never checks on the engine whose address the CLI passes it,
+    unlike Pulumi's Go plugins (rpcutil.Healthcheck), and the CLI starts it through a shell that does not exec it:
+    a CLI killed mid-update left it running, holding its SSH connections, for as long as the machine ran."""
+    host, _, port = (argv[0] if argv else "").rpartition(":")
+    if _watching or not host or not port.isdigit():
+        return
+
+    def watch() -> None:
+        refused = 0
+        while refused < 2:
+            time.sleep(ENGINE_CHECK_S)
+            try:
+                socket.create_connection((host, int(port)), timeout=ENGINE_CHECK_S).close()
+                refused = 0
+            except OSError:
+                refused += 1
+        _log(f"gpuhosts-provider: the engine at {host}:{port} is gone; this provider process ends")
+        os._exit(1)
+
+    _watching.append(threading.Thread(target=watch, name="engine-watch", daemon=True))
+    _watching[0].start()
 
 
 def _config_value(name: str) -> str | None:

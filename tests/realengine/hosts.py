@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 from engine_standin import Engine as EngineStandin, start_engine
@@ -43,9 +44,40 @@ class SglangStandin:
 
     def __init__(self, key: str = SECRETS["llmApiKey"]):
         self.port = free_port()
-        self.server = start_engine(EngineStandin(kind="sglang", sglang_length=3.4, sglang_rate=0.8, key=key),
-                                   self.port)
+        self.engine = EngineStandin(kind="sglang", sglang_length=3.4, sglang_rate=0.8, key=key)
+        self.server = start_engine(self.engine, self.port)
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class Held:
+    """A command on a simulated host that waits, once started, until the test lets it go: `started` appears when it
+    runs, `release()` lets it on (through the host's fault folder, first on its PATH: tests/sshhost)."""
+
+    def __init__(self, ssh, command: str):
+        self.started = ssh.workdir / f"held-{command}.started"
+        self.released = ssh.workdir / f"held-{command}.released"
+        script = ssh.fault_bin / command
+        script.write_text(f"""#!/bin/bash
+: >{self.started}
+while [ ! -e {self.released} ]; do sleep 0.1; done
+rm -f "$0"
+exec "$(PATH="${{PATH#*:}}"; type -P {command})" "$@"
+""")
+        script.chmod(0o755)
+
+    def wait_started(self, process=None, cap_s: float = 600) -> None:
+        """Waits for the marker; a cap that reports a hang (or the process's end) rather than a verdict."""
+        waited = 0.0
+        while not self.started.exists():
+            if process is not None and process.poll() is not None:
+                raise AssertionError(f"ended before the held command ran:\n{process.stdout.read()[-4000:]}")
+            if waited > cap_s:
+                raise AssertionError(f"{self.started.name} never appeared")
+            time.sleep(0.1)
+            waited += 0.1
+
+    def release(self) -> None:
+        self.released.touch()
