@@ -94,3 +94,53 @@ def test_an_interrupted_up_is_recovered_by_the_cli_and_converges(project, tmp_pa
                     recovery_up_s=up.seconds)
     finally:
         bed.close()
+
+
+def test_a_second_up_of_a_running_stack_is_refused_and_two_stacks_converge_at_once(project, tmp_path, figures):
+    first, second = Bed.seed(tmp_path / "first"), Bed.seed(tmp_path / "second")
+    try:
+        one = Stack(project, "one", "kpro5", first.values(), first.secrets())
+        two = Stack(project, "two", "kpro5", second.values(), second.secrets())
+        held = Held(first.ssh, "update-initramfs")
+        running = project.start("up", "--yes", "--skip-preview", stack=one.name)
+        beside = project.start("up", "--yes", "--skip-preview", stack=two.name)
+        held.wait_started(running)
+        while_held = entries(first.tree)
+        again = one.up(check=False)
+        assert again.returncode != 0 and "currently locked" in again.stdout + again.stderr, again.stderr[-2000:]
+        assert again.host_operations == [] and entries(first.tree) == while_held
+        held.release()
+        for process in (running, beside):
+            output = process.communicate(timeout=COMMAND_CAP_S)[0]
+            assert process.returncode == 0, output[-4000:]
+        assert first.problems() == [] and second.problems() == []
+        assert one.preview().changed() == {} and two.preview().changed() == {}
+        figures.add("faults-parallel", line="pulumi-faults", parallel_stacks="ok", same_stack_locked="yes")
+    finally:
+        first.close()
+        second.close()
+
+
+def test_up_with_a_target_runs_only_that_services_units(project, sglang, tmp_path, figures):
+    from sshhost import free_port
+
+    bed = Bed.seed(tmp_path / "host")
+    try:
+        stack = Stack(project, "target", "kpro5", bed.services_values(sglang.port, free_port()), bed.secrets())
+        stack.up()
+        stack.set_path("services[0].contextLength", 65536)  # qwen-sglang
+        stack.set_path("services[1].contextLength", 65536)  # qwen-vllm-dflash, stopped
+        stack.set_path("host.kernelArgs[1]", "pcie_aspm=off")  # a host unit's change beside them
+        planned = stack.preview().changed()
+        assert {"ct129-service-qwen-sglang", "ct129-service-qwen-vllm-dflash", "vfio-binding"} <= set(planned)
+        service = stack.urn("ct129-service-qwen-sglang").rsplit("$", 1)[0]  # its component's chain of types
+        up = stack.up("--target", f"{service}$**::*qwen-sglang*", "--target-dependents")
+        ran = sorted({unit for unit, _ in up.host_operations})
+        assert ran and all(unit.endswith("qwen-sglang") for unit in ran), ran
+        assert "ct129-service-qwen-sglang" in ran
+        left = stack.preview().changed()
+        assert {"ct129-service-qwen-vllm-dflash", "vfio-binding"} <= set(left) and not [
+            name for name in left if name.endswith("qwen-sglang")], left
+        figures.add("faults-target", line="pulumi-faults", target="only_service", ran=len(ran))
+    finally:
+        bed.close()
