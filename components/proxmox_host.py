@@ -22,14 +22,17 @@ class ProxmoxHost(pulumi.ComponentResource):
                                               prefix, adopt_one_host)
         self.reboot_required = pulumi.Output.all(*(u.rebootRequired for u in self.units.values())).apply(
             lambda flags: any(bool(flag) for flag in flags))
-        # Per service: where it listens and, for a running one, what its deploy gate measured.
+        # Per service: where it listens and, for a running one, what its deploy gate measured the last time it
+        # passed, with when. Pulumi writes stack outputs only when a whole update succeeds, and a gate that fails
+        # fails its update, so after a failed gate `pulumi stack output` still holds the earlier pass: the name and
+        # the time say so, rather than a bare `gate` that would read as the verdict on what was just deployed.
         # A service in a container without GPUs has no units, so no component: it is listed all the same.
         stacks = {service.name: self.groups.get(service_at(service)) for service in config.services}
         self.service_outputs = {
             service.name: {
                 "container": service.container, "enabled": service.enabled, "port": service.port,
                 "unit": service.unit_name, "listen": getattr(stacks[service.name], "listen", None),
-                "gate": getattr(stacks[service.name], "gate", None),
+                "lastPassedGate": getattr(stacks[service.name], "gate", None),
             }
             for service in config.services
         }

@@ -149,6 +149,7 @@ class HostUnitProvider(ResourceProvider):
         _CONFIG = dict(req.config._props)
         oplog.to_configured_destination()
         watch_engine(sys.argv[1:])
+        report_failures_as_messages(sys.modules.get("__main__"))
 
     # --- the engine's operations -------------------------------------------------------------------------------
     def create(self, props: dict[str, Any]) -> CreateResult:
@@ -192,6 +193,15 @@ class HostUnitProvider(ResourceProvider):
         try:
             return probe(connection, props, self._failure)
         except SshError as error:
+            if isinstance(error, KeyRefused):
+                # A refresh configures this provider with the config the last `up` saved in the state, not the
+                # stack's current one (pulumi pkg/engine refresh: the providers are loaded from the snapshot), so
+                # after `pulumi config set --secret gpuhosts:sshPrivateKey` it dials with the key the host no
+                # longer takes. The units then show as changes, and `up`, whose steps get the current config, runs
+                # their ensures with the new key and saves it.
+                raise HostNotRead(f"{error}: the key the last `pulumi up` saved, which a refresh dials with; if "
+                                  "gpuhosts:sshPrivateKey was rotated, `pulumi up` reads the host with the new key "
+                                  "and saves it") from None
             if isinstance(error, (Unreachable, ConnectionDropped)) and fleet_hosts():
                 raise HostNotRead(f"{host_label(props)} could not be reached ({error}); its units were not read") \
                     from None
@@ -302,7 +312,12 @@ class HostUnitProvider(ResourceProvider):
     @staticmethod
     def _outputs(props: dict[str, Any], result: protocol.Result) -> dict[str, Any]:
         outs = {key: props.get(key) for key in INPUT_KEYS}
-        outs.update(rebootRequired=result.reboot_required, report=result.report or None)
+        report = result.report or None
+        if report is not None and props.get("kind") == "DeployGate":
+            # A gate's report is what `pulumi stack output` shows as the last pass (components/proxmox_host.py):
+            # when it was measured tells an operator how old it is.
+            report = {**report, "measuredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        outs.update(rebootRequired=result.reboot_required, report=report)
         return outs
 
 
@@ -338,10 +353,37 @@ def host_name(props: dict[str, Any]) -> str:
 def host_label(props: dict[str, Any]) -> str:
     """A host as an error names it: its name in the stack and where it was dialled."""
     target = props.get("host") or {}
-    return f"{host_name(props)} ({target.get('user')}@{target.get('address')}:{target.get('port')})"
+    # The engine hands numbers back as floats (a protobuf Struct holds doubles): 22.0, not 22.
+    return f"{host_name(props)} ({target.get('user')}@{target.get('address')}:{int(target.get('port', 22))})"
 
 
 _log = oplog.write
+
+class _FailureMessages:
+    """The traceback module as Pulumi's dynamic-provider server sees it, but a unit's failure formats as its message:
+    the server answers every exception with `traceback.format_exc()` (sdk/python/lib/pulumi/dynamic/__main__.py
+    `_abort_with_traceback`), and the CLI prints that text for each failed resource, so an operator read eight
+    Python tracebacks through the server's frames for one refused key. Anything else keeps its traceback."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+    def format_exc(self, *args, **kwargs) -> str:
+        error = sys.exc_info()[1]
+        if isinstance(error, UnitFailed):
+            return str(error)
+        return self._real.format_exc(*args, **kwargs)
+
+
+def report_failures_as_messages(server) -> None:
+    """Only inside the dynamic-provider server (run as `python -m pulumi.dynamic`, so its module is __main__)."""
+    if server is not None and hasattr(server, "_abort_with_traceback") and not isinstance(
+            getattr(server, "traceback", None), _FailureMessages):
+        server.traceback = _FailureMessages(server.traceback)
+
 
 ENGINE_CHECK_S = 5.0
 _watching: list[threading.Thread] = []

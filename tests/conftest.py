@@ -72,8 +72,6 @@ FULL_TIER = {
     "test_lifecycle.py::test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands": "a second converge, over SSH",
     "test_lifecycle.py::test_an_unreachable_host_says_what_to_do": "a failure case, over SSH",
     "test_lifecycle.py::test_a_host_that_shows_another_key_is_refused_before_anything_runs": "a failure case, over SSH",
-    "lifecycle/test_services.py::test_a_rotated_api_key_shows_as_a_change_of_the_services_that_read_it":
-        "a second services converge",
     "test_lifecycle.py::test_a_failed_command_names_the_unit_and_shows_only_the_tail_of_its_output":
         "a refusal case; the unit's own script tests have it",
     "test_lifecycle.py::test_refuses_to_take_a_gpu_from_a_running_vm": "a refusal case, over SSH",

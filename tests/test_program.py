@@ -213,8 +213,8 @@ def test_services_output_names_each_service_and_its_gate():
     services = run_program(PROJECT, "kpro5", kpro5_values(benchmarks=True), KPRO5_SECRETS).outputs["services"]
     assert services["qwen-sglang"] == {"container": 129, "enabled": True, "port": 30000,
                                        "unit": "gpuhosts-qwen-sglang.service", "listen": "0.0.0.0:30000",
-                                       "gate": None}
-    assert services["qwen-vllm-dflash"]["enabled"] is False and services["qwen-vllm-dflash"]["gate"] is None
+                                       "lastPassedGate": None}
+    assert services["qwen-vllm-dflash"]["enabled"] is False and services["qwen-vllm-dflash"]["lastPassedGate"] is None
 
 
 def test_secret_values_reach_commands_only_as_secret_stdin():

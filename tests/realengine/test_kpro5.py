@@ -58,7 +58,7 @@ def test_kpro5_preview_up_again_refresh_and_destroy(project, sglang, tmp_path, f
 
         outputs = stack.outputs()
         gate = outputs["services"]["qwen-sglang"]
-        assert gate["port"] == sglang.port and gate["gate"]["passed"] is True, gate
+        assert gate["port"] == sglang.port and gate["lastPassedGate"]["passed"] is True, gate
         assert outputs["rebootRequired"] is True  # the vfio binding rewrote the initramfs
 
         state = stack.export()

@@ -1,0 +1,84 @@
+"""Rotated secrets and a failing deploy gate through the real engine.
+
+A refresh configures the provider with the config the last `up` saved in the state, not the stack's current one, so
+after a rotated SSH key the refresh dials with the old key; the preview still works and shows every unit as not
+read, and `up`, whose steps get the current config, reads and converges with the new key. A rotated API key shows as
+a change of the services that read it, and `up` rewrites their key files. A failed gate fails `up`, and
+`pulumi stack output` then shows the gate's last pass, named so and dated, never a verdict on what failed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from realengine import Stack
+from sshhost import free_port
+from sshhost.bed import SECRETS, Bed
+
+pytestmark = pytest.mark.pulumi
+
+
+def test_a_rotated_ssh_key_is_previewed_and_applied(project, tmp_path):
+    bed = Bed.seed(tmp_path / "host")
+    try:
+        stack = Stack(project, "ssh-rotation", "kpro5", bed.values(), bed.secrets())
+        stack.up()
+        new = tmp_path / "id_ed25519_new"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(new)], check=True)
+        # The host takes only the new key from now on.
+        (bed.ssh.workdir / "authorized_keys").write_text(new.with_suffix(".pub").read_text())
+        stack.set_secret("sshPrivateKey", new.read_text())
+
+        preview = stack.preview()
+        changed = preview.changed()
+        assert changed and {op for op, _ in changed.values()} == {"update"}, changed
+        value = next(iter(preview.facts("vfio-binding").values()))
+        assert "refused the key of gpuhosts:sshPrivateKey" in value and "was rotated" in value, value
+        up = stack.up()
+        assert set(up.changed()) == set(changed)
+        assert {script for _, script in up.host_operations} == {"ensure"}
+        assert stack.preview().changed() == {}
+        assert new.read_text().strip() not in str(stack.export())
+    finally:
+        bed.close()
+
+
+def test_a_rotated_api_key_is_previewed_and_applied_and_a_failed_gate_leaves_its_last_pass(project, sglang, tmp_path,
+                                                                                        figures):
+    bed = Bed.seed(tmp_path / "host")
+    try:
+        stack = Stack(project, "api-rotation", "kpro5", bed.services_values(sglang.port, free_port()), bed.secrets())
+        stack.up()
+        passed = stack.outputs()["services"]["qwen-sglang"]["lastPassedGate"]
+        assert passed["passed"] is True and passed["measuredAt"], passed
+
+        rotated = "sk-rotated-key-51c0de"
+        stack.set_secret("llmApiKey", rotated)
+        changed = stack.preview().changed()
+        # The refresh reads the key files with the key the last `up` saved (the engine configures the provider from
+        # the state), which they still hold: the rotation shows as the keyed digest of the new key alone.
+        assert changed == {"ct129-service-qwen-sglang": ("update", ["secret.digest"]),
+                           "ct129-service-qwen-vllm-dflash": ("update", ["secret.digest"])}, changed
+        sglang.engine.key = rotated  # the engine takes the key its restarted service reads
+        up = stack.up()
+        assert {"ct129-service-qwen-sglang", "ct129-service-qwen-vllm-dflash"} <= set(up.changed())
+        key_file = bed.tree / "var/lib/lxc/129/rootfs/etc/gpuhosts/qwen-sglang.env"
+        assert key_file.read_text() == f"GPUHOSTS_API_KEY={rotated}\n"
+        assert stack.preview().changed() == {}
+        state = str(stack.export())
+        assert stack.outputs()["services"]["qwen-sglang"]["lastPassedGate"]["passed"] is True
+        assert rotated not in state and SECRETS["llmApiKey"] not in state
+
+        before = stack.outputs()["services"]["qwen-sglang"]["lastPassedGate"]
+        stack.set_path("services[0].gate.minAcceptanceLength", 9.0)
+        failed = stack.up(check=False)
+        assert failed.returncode != 0 and failed.changed().get("ct129-gate-qwen-sglang") == "failed"
+        errors = "\n".join(failed.diagnostics("error"))
+        assert "acceptance length 3.40 < 9.00" in errors and "Traceback" not in errors, errors
+        after = stack.outputs()["services"]["qwen-sglang"]
+        assert "gate" not in after and after["lastPassedGate"] == before
+        figures.add("faults-gate", line="pulumi-faults", failed_gate_output="lastPassedGate(unchanged,dated)")
+    finally:
+        bed.close()
