@@ -65,7 +65,6 @@ FULL_TIER = {
     "lifecycle/test_faults.py": "a cut at every unit of an up, over SSH",
     "lifecycle/test_decommission.py": "kpro6's destroy and a migration, over SSH",
     "lifecycle/test_renames.py": "renamed and re-nested units over SSH",
-    "lifecycle/test_aliases.py": "stacks converged with the flat layout, taken over by the typed tree, over SSH",
     "lifecycle/test_fleet.py": "a one-host stack moved into a list of hosts, and a host down, over SSH",
     "lifecycle/test_benchmark_lifecycle.py": "the bake-off measured three times over SSH",
     "lifecycle/test_rollout.py": "rolling upgrades of three replicas behind the real smg router, under load, over SSH",

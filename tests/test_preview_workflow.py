@@ -80,8 +80,8 @@ def test_the_workflow_matches_githubs_workflow_schema():
 
 
 BROKEN = {
-    "a step with both run and uses": ("      - name: Put the bootstrapped uv on PATH\n",
-                                      "      - name: Put the bootstrapped uv on PATH\n        uses: actions/x@v1.0.0\n"),
+    "a step with both run and uses": ("      - name: Build the Pulumi CLI (make pulumi)\n",
+                                      "      - name: Build the Pulumi CLI (make pulumi)\n        uses: actions/x@v1.0.0\n"),
     "a misspelt permission": ("      pull-requests: write\n", "      pull-request: write\n"),
     "an unknown job key": ("    timeout-minutes: 5\n", "    timeout-minute: 5\n"),
 }
@@ -276,7 +276,7 @@ def test_the_pulumi_job_runs_only_past_the_gate_and_in_this_repository(workflow)
     assert job["needs"] == "pulumi-gate"
     assert [part.strip() for part in job["if"].split("&&")] == [
         "needs.pulumi-gate.outputs.ready == 'true'", SAME_REPOSITORY]
-    assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
+    assert job["permissions"] == {"contents": "read"}
 
 
 # The labels of GitHub-hosted runners (docs.github.com, "GitHub-hosted runners": standard and larger runners).
@@ -310,29 +310,35 @@ def test_the_live_preview_runs_on_a_self_hosted_runner_the_variable_chooses(work
     assert gate_env["RUNNER_LABELS"] == job["runs-on"].replace("fromJSON(", "", 1).replace(") }}", " }}", 1)
 
 
-def test_the_pulumi_job_previews_each_live_stack_with_refresh_and_one_comment(workflow):
+def test_the_pulumi_job_previews_each_live_stack_with_refresh_through_the_cli_make_builds(workflow):
     job = workflow["jobs"]["pulumi-preview"]
     stacks = job["strategy"]["matrix"]["stack"]
     assert stacks == ["kpro5", "trainer"]
     assert all((ROOT / "stacks" / f"Pulumi.{stack}.yaml").exists() for stack in stacks)
-    pulumi = step(job, "pulumi/actions@")
-    assert pulumi["with"] == {
-        "command": "preview", "stack-name": "${{ matrix.stack }}", "refresh": True, "comment-on-pr": True,
-        "edit-pr-comment": True, "cloud-url": "${{ secrets.PULUMI_BACKEND_URL }}",
-        "github-token": "${{ github.token }}"}
-    assert pulumi["env"] == {"PULUMI_CONFIG_PASSPHRASE": "${{ secrets.PULUMI_CONFIG_PASSPHRASE }}"}
+    assert not [s for s in job["steps"] if "pulumi/actions" in s.get("uses", "")], "an action that downloads a CLI"
+    preview = step_named(job, "pulumi preview")
+    assert "pulumi preview --diff --refresh --non-interactive --stack \"$STACK\"" in preview["run"]
+    assert preview["env"]["PULUMI_CONFIG_PASSPHRASE"] == "${{ secrets.PULUMI_CONFIG_PASSPHRASE }}"
+    assert preview["env"]["PULUMI_BACKEND_URL"] == "${{ secrets.PULUMI_BACKEND_URL }}"
+    go = step(job, "actions/setup-go@")
+    assert go["with"]["go-version-file"] == "tools/pulumi/go.mod"
 
 
-def test_python_and_uv_are_ready_before_pulumi_runs_the_program(workflow):
+def step_named(job: dict, name: str) -> dict:
+    (found,) = [s for s in job["steps"] if s.get("name") == name]
+    return found
+
+
+def test_python_uv_and_the_cli_are_ready_before_pulumi_runs_the_program(workflow):
     runtime = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["runtime"]
     assert runtime == {"name": "python", "options": {"toolchain": "uv", "virtualenv": ".venv"}}
     assert re.search(r"^VENV := \.venv$", (ROOT / "Makefile").read_text(), re.M), "Pulumi runs the venv make syncs"
     steps = workflow["jobs"]["pulumi-preview"]["steps"]
     order = [s.get("uses", "").split("@")[0] or s["run"].strip() for s in steps]
-    pulumi_at = order.index("pulumi/actions")
-    # Pulumi's uv toolchain finds `uv` on PATH and runs the program with the .venv beside uv.lock.
-    assert {"actions/setup-python", "make .venv/.synced", 'echo "$PWD/.tools/bin" >> "$GITHUB_PATH"'} <= \
-        set(order[:pulumi_at])
+    preview_at = order.index(step_named(workflow["jobs"]["pulumi-preview"], "pulumi preview")["run"].strip())
+    # Pulumi's uv toolchain finds `uv` on PATH (make pulumi links it into .tools/pulumi, which the step puts first)
+    # and runs the program with the .venv beside uv.lock.
+    assert {"actions/setup-python", "actions/setup-go", "make .venv/.synced", "make pulumi"} <= set(order[:preview_at])
     assert (ROOT / "uv.lock").exists()
 
 

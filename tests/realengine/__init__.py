@@ -138,6 +138,8 @@ class Project:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
         (self.root / "stacks").mkdir(exist_ok=True)
+        # The CLI `make pulumi` built, where the preview workflow's step finds it ($PWD/.tools/pulumi).
+        (self.root / ".tools").symlink_to(PROJECT / ".tools")
         self.backend = self.root.parent / f"{self.root.name}-backend"
         self.home = self.root.parent / f"{self.root.name}-pulumi-home"
         self.provider_log = self.root.parent / f"{self.root.name}-provider.log"
@@ -314,3 +316,19 @@ def floor_noop_up(project: Project) -> float:
     project.pulumi("stack", "init", "floor", cwd=root)
     project.pulumi("up", "--yes", "--skip-preview", stack="floor", cwd=root)
     return project.pulumi("up", "--yes", "--skip-preview", "--json", stack="floor", cwd=root).seconds
+
+
+WORKFLOW = PROJECT / ".github" / "workflows" / "preview.yml"
+
+
+def run_workflow_preview(project: Project, stack: str) -> Run:
+    """The pull request workflow's live `pulumi preview` step, its `run:` as written, in the project copy."""
+    job = yaml.safe_load(WORKFLOW.read_text())["jobs"]["pulumi-preview"]
+    (step,) = [s for s in job["steps"] if s.get("name") == "pulumi preview"]
+    literal = {k: str(v) for k, v in step.get("env", {}).items() if "${{" not in str(v)}
+    started = time.monotonic()
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=project.root,
+                            env={**project.env, **literal, "STACK": stack}, capture_output=True, text=True,
+                            timeout=COMMAND_CAP_S)
+    return Run(["workflow: pulumi preview"], result.returncode, result.stdout, result.stderr,
+               time.monotonic() - started)

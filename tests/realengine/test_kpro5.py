@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from realengine import Stack, floor_noop_up
+from realengine import Stack, floor_noop_up, run_workflow_preview
 from realengine.hosts import differences, entries
 from sshhost import free_port
 from sshhost.bed import A6000, RTX3090_FUNCTIONS, SECRETS, Bed
@@ -34,6 +34,13 @@ def test_kpro5_preview_up_again_refresh_and_destroy(project, sglang, tmp_path, f
                 "ct129-gate-qwen-sglang"} <= units, planned
         assert {op for op, _ in planned.values()} == {"create"}
         assert entries(bed.tree) == start, "a preview changed the host"
+        # The pull request workflow's own step: the same CLI, its text diff naming each unit it would create.
+        workflow = run_workflow_preview(project, stack.name)
+        assert workflow.returncode == 0, workflow.stdout[-3000:] + workflow.stderr[-3000:]
+        assert all(f"dynamic/gpuhosts:{kind}]" in workflow.stdout
+                   for kind in ("VfioBinding::vfio-binding", "DeployGate::ct129-gate-qwen-sglang")), workflow.stdout[:3000]
+        assert (project.root / "preview.txt").read_text() == workflow.stdout
+        assert entries(bed.tree) == start
 
         up = stack.up()
         created = up.changed()
