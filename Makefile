@@ -9,7 +9,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: pulumi plan test test-full test-pulumi bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
+.PHONY: pulumi demo plan test test-full test-pulumi bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -25,6 +25,11 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 PULUMI_TOOLS := $(TOOLS)/pulumi
 pulumi: $(UV)
 	tools/pulumi/build.sh $(PULUMI_TOOLS) $(UV)
+
+# The main job on a fresh machine: the real Pulumi CLI converges kpro5 onto a simulated Proxmox host over SSH on
+# loopback (preview, up, stack output, up again, destroy), printed as the CLI prints it (tests/realengine/demo.py).
+demo: pulumi $(VENV)/.synced system-deps
+	PYTHONPATH=tests:. $(VENV)/bin/python -m realengine.demo
 
 plan: $(VENV)/.synced
 	$(VENV)/bin/gpuhosts plan $(STACK) --out build/plan/$(STACK)
