@@ -24,6 +24,7 @@ from gpuhosts.compat_data import (
 )
 from gpuhosts.config import NAMESPACE
 from gpuhosts.engines import driver_for
+from gpuhosts.fields import binds_meet
 from gpuhosts.hostside.drafter_config import DrafterFacts, check_drafter, parse_drafter_config
 from gpuhosts.services import ServiceConfig, SpecMethod
 
@@ -205,8 +206,7 @@ def _pairs(ctx: Context, overlap: Callable[[ServiceConfig, ServiceConfig], str |
 
 def _shared_port(params: dict, ctx: Context) -> list[Hit]:
     def overlap(a: ServiceConfig, b: ServiceConfig) -> str | None:
-        binds_meet = a.bind == b.bind or "0.0.0.0" in (a.bind, b.bind)
-        return f"port {a.port} is the same" if a.port == b.port and binds_meet else None
+        return f"port {a.port} is the same" if a.port == b.port and binds_meet(a.bind, b.bind) else None
     return _pairs(ctx, overlap)
 
 
@@ -215,6 +215,23 @@ def _shared_gpus(params: dict, ctx: Context) -> list[Hit]:
         common = sorted(set(a.gpus) & set(b.gpus))
         return f"GPUs {', '.join(common)} are the same" if common else None
     return _pairs(ctx, overlap)
+
+
+def _derived_flag_in_extra_args(params: dict, ctx: Context) -> list[Hit]:
+    """The flags a service's driver puts on its command line for its release, from the driver itself: a flag a
+    driver starts deriving is refused in extraArgs with no new rule."""
+    hits = []
+    for index, service in ctx.services:
+        if not service.extra_args:
+            continue
+        driver = driver_for(service.engine)
+        argv = driver.argv(service, driver.install(service))
+        derived = {word.split("=", 1)[0] for word in argv[:len(argv) - len(service.extra_args)] if word.startswith("-")}
+        for position, word in enumerate(service.extra_args):
+            if word.startswith("-") and word.split("=", 1)[0] in derived:
+                hits.append((index, f"extraArgs[{position}] is {word.split('=', 1)[0]}, which gpuhosts derives for "
+                             f"{driver.name} {service.engine.version}"))
+    return hits
 
 
 CHECKS: dict[str, Callable[[dict, Context], list[Hit]]] = {
@@ -226,6 +243,7 @@ CHECKS: dict[str, Callable[[dict, Context], list[Hit]]] = {
     "tensor_parallel_within_gpus": _tensor_parallel_within_gpus,
     "shared_port": _shared_port,
     "shared_gpus": _shared_gpus,
+    "derived_flag_in_extra_args": _derived_flag_in_extra_args,
 }
 
 

@@ -80,6 +80,26 @@ def ip_address(value: str) -> str:
                          "0.0.0.0") from None
 
 
+def binds_meet(a: str, b: str) -> bool:
+    """Whether two listeners on one port of one machine take the same address: the one rule of every port check.
+    A wildcard takes every address of its family, and on Linux `::` takes IPv4 too (net.ipv6.bindv6only defaults to
+    0, so a socket bound to :: accepts IPv4-mapped connections: ipv6(7)); so `::` meets every address, `0.0.0.0`
+    every IPv4 one, and a second bind of a taken address fails with EADDRINUSE."""
+    first, second = ipaddress.ip_address(a), ipaddress.ip_address(b)
+    if first == second:
+        return True
+    for wildcard, other in ((first, second), (second, first)):
+        if wildcard.is_unspecified and (wildcard.version == 6 or other.version == 4):
+            return True
+    return False
+
+
+def local_address(bind: str) -> str:
+    """Where a client on the same machine reaches a listener: a wildcard answers on loopback (`::` as well, being
+    dual-stack), any other address on itself."""
+    return "127.0.0.1" if ipaddress.ip_address(bind).is_unspecified else bind
+
+
 def is_loopback(bind: str) -> bool:
     """Only a loopback address keeps a listener to the host itself (a name such as localhost is not accepted). The
     training monitor applies the same rule when it starts (gpuhosts_monitor/bind.py, shipped without gpuhosts);

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhosts.config import NAMESPACE, ConfigError, MonitoringSpec, Problem, StackConfig
-from gpuhosts.fields import is_loopback
+from gpuhosts.fields import is_loopback, local_address
 from gpuhosts.metrics import Catalog, catalog
 from gpuhosts.services import ServiceConfig, SpecMethod
 from gpuhosts.training import TrainerStack
@@ -75,7 +75,7 @@ class Watch:
 
 def scrape_address(bind: str, port: int) -> str:
     """Where a Prometheus of the same place reaches a listener: a wildcard bind answers on loopback too."""
-    host = "127.0.0.1" if bind in ("0.0.0.0", "127.0.0.1") or is_loopback(bind) else bind
+    host = "127.0.0.1" if is_loopback(bind) else local_address(bind)
     if ":" in host:
         host = f"[{host}]"
     return f"{host}:{port}"

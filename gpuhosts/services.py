@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from gpuhosts.fields import HF_REPO, HF_REVISION as REVISION, ip_address, safe_directory
+from gpuhosts.fields import HF_REPO, HF_REVISION as REVISION, binds_meet, ip_address, safe_directory
 from gpuhosts.config import (
     NAMESPACE,
     PCI_ADDRESS,
@@ -538,7 +538,7 @@ def _gateway_problems(index: int, service: ServiceConfig, vmids: set[int], secre
     for instance in service.instances:
         where = f"replicas[{instance.replica}]." if service.replicas else ""
         if instance.container == home:
-            if instance.port == gateway.port and (gateway.bind == service.bind or "0.0.0.0" in (gateway.bind, service.bind)):
+            if instance.port == gateway.port and binds_meet(gateway.bind, service.bind):
                 add("gateway.port", f"{gateway.port} is also the port of {instance.name} in container {home}; give "
                     "the gateway a port of its own")
             continue

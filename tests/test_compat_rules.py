@@ -69,6 +69,19 @@ TRIGGERED = [
      "port 30000 is the same as services[0] (qwen-sglang) without sharesWith", None),
     ("shared-port", vllm_alone(lambda s: s.update(port=30000, sharesWith=["qwen-sglang"])), "gpuhosts:services[1].port",
      "and both are enabled", None),
+    # One wildcard rule (gpuhosts/fields.py binds_meet): :: takes IPv4 too on a dual-stack Linux host.
+    ("shared-port", vllm_alone(lambda s: s.update(port=30000, bind="::")), "gpuhosts:services[1].port",
+     "port 30000 is the same as services[0] (qwen-sglang)", None),
+    ("shared-port", lambda r: (enable_both_on_own_gpus(r), sglang(r).update(bind="::"),
+                               vllm(r).update(port=30000, bind="127.0.0.1")), "gpuhosts:services[1].port",
+     "port 30000 is the same", None),
+    ("derived-flag-in-extra-args", lambda r: sglang(r).update(extraArgs=["--port", "8001"]),
+     "gpuhosts:services[0].extraArgs", "extraArgs[0] is --port, which gpuhosts derives for sglang 0.5.11", None),
+    ("derived-flag-in-extra-args", lambda r: sglang(r).update(extraArgs=["--enable-torch-compile",
+                                                                         "--context-length=1000000"]),
+     "gpuhosts:services[0].extraArgs", "extraArgs[1] is --context-length", None),
+    ("derived-flag-in-extra-args", vllm_alone(lambda s: s.update(extraArgs=["--tensor-parallel-size", "2"])),
+     "gpuhosts:services[1].extraArgs", "--tensor-parallel-size, which gpuhosts derives for vllm", None),
     ("shared-gpus", lambda r: vllm(r).update(sharesWith=[]), "gpuhosts:services[1].gpus",
      "GPUs 0000:41:00.0, 0000:61:00.0 are the same as services[0] (qwen-sglang) without sharesWith", None),
     ("shared-gpus", lambda r: vllm(r).update(enabled=True), "gpuhosts:services[1].gpus", "and both are enabled", None),
@@ -106,6 +119,9 @@ NOT_TRIGGERED = [
     ("the same port on different addresses", lambda r: (enable_both_on_own_gpus(r), sglang(r).update(bind="10.0.0.5"),
                                                         vllm(r).update(port=30000, bind="127.0.0.1")), None),
     ("a shared port declared, one service stopped", lambda r: vllm(r).update(port=30000), None),
+    ("the IPv4 wildcard and an IPv6 address", lambda r: (enable_both_on_own_gpus(r), sglang(r).update(bind="0.0.0.0"),
+                                                         vllm(r).update(port=30000, bind="::1")), None),
+    ("a flag gpuhosts does not derive", lambda r: sglang(r).update(extraArgs=["--enable-torch-compile"]), None),
 ]
 
 

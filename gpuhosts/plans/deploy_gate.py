@@ -17,6 +17,7 @@ from gpuhosts.plans.gate_script import GATE_SCRIPT
 from gpuhosts.plans.inference_service import environment_file, secret_variable
 from gpuhosts.plans.python_env import in_container, probe_in
 from gpuhosts.render import render
+from gpuhosts.fields import local_address
 from gpuhosts.services import ServiceConfig
 from gpuhosts.units import Unit
 
@@ -25,7 +26,7 @@ def gate_settings(service: ServiceConfig, driver: EngineDriver | None = None) ->
     """The gate's settings of a service and what its engine's driver says the gate reads (`reasoning_field`,
     `acceptance_metrics`), as JSON-able data (no secret: the key is read on the host)."""
     engine = (driver or driver_for(service.engine)).gate(service)
-    host = "127.0.0.1" if service.bind in ("0.0.0.0", "::") else service.bind
+    host = local_address(service.bind)
     gate = service.gate
     return {
         "reasoning_field": engine["reasoning_field"],

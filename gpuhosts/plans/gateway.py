@@ -27,6 +27,7 @@ from pathlib import Path
 
 from gpuhosts.envspec import EnvSpec
 from gpuhosts.facts import Fact, desired, files_facts, secret_file_fact, systemd_unit_facts
+from gpuhosts.fields import local_address
 from gpuhosts.hostside import gateway_workers
 from gpuhosts.paths import LIB_DIR, SERVICE_ROOT
 from gpuhosts.plans.python_env import in_container, plan_env, probe_in
@@ -38,7 +39,6 @@ KEY_VARIABLE = "GPUHOSTS_GATEWAY_API_KEY"
 LAUNCHER = f"{LIB_DIR}/smg-launch.py"
 WORKERS_SCRIPT = f"{LIB_DIR}/gateway-workers.py"
 ENV_DIR = "/etc/gpuhosts"
-LOOPBACK_BINDS = ("127.0.0.1", "0.0.0.0", "::")
 
 
 def gateway_name(service: ServiceConfig) -> str:
@@ -66,7 +66,7 @@ def api_key_secret(service: ServiceConfig) -> str:
 def worker_url(service: ServiceConfig, instance: ServiceConfig) -> str:
     """Where the gateway reaches `instance`: over loopback in its own container, else at the replica's address."""
     if instance.container == service.gateway_container and instance.reach_address is None:
-        host = "127.0.0.1" if instance.bind in LOOPBACK_BINDS else instance.bind
+        host = local_address(instance.bind)
     else:
         host = instance.reach_address or instance.bind
     return f"http://{host}:{instance.port}"
@@ -78,7 +78,7 @@ def worker_urls(service: ServiceConfig) -> list[str]:
 
 def gateway_base_url(service: ServiceConfig) -> str:
     bind = service.gateway.bind
-    return f"http://{'127.0.0.1' if bind in LOOPBACK_BINDS else bind}:{service.gateway.port}"
+    return f"http://{local_address(bind)}:{service.gateway.port}"
 
 
 def router_flags(service: ServiceConfig) -> list[str]:
