@@ -25,6 +25,7 @@ from gpuhosts.fields import (
     ip_address,
     placeholder_address,
     placeholder_digest,
+    placeholder_host_key,
     placeholder_url,
     safe_directory,
 )
@@ -345,9 +346,8 @@ class StackConfig(_Model):
                 f"{NAMESPACE}:host.ssh.insecureIgnoreHostKey is true: the host's identity is not checked; pin hostKey instead"
             )
         found += ssh_placeholders("host", self.host.ssh)
-        if self.nvidia is not None and placeholder_digest(self.nvidia.sha256):
-            found.append(f"{NAMESPACE}:nvidia.sha256 is a placeholder ({self.nvidia.sha256[:8]}…); put in the sha256 of "
-                         f"{self.nvidia.run_file} before `pulumi up`, or the driver unit refuses the download")
+        # Beside a real address a placeholder digest is refused (_cross_field_problems); beside a placeholder address
+        # the address's warning already says the file is not filled in yet.
         if self.nvidia is not None and self.nvidia.url and placeholder_url(self.nvidia.url):
             found.append(f"{NAMESPACE}:nvidia.url points at a placeholder host ({self.nvidia.url})")
         for index, service in enumerate(self.services):
@@ -370,6 +370,10 @@ def ssh_problems(section: str, ssh: SshConfig) -> list[Problem]:
     if ssh.host_key is not None and ssh.insecure_ignore_host_key:
         return [Problem(path=f"{NAMESPACE}:{section}.ssh.insecureIgnoreHostKey",
                         message="is true while hostKey is pinned: they are mutually exclusive; remove one")]
+    if placeholder_host_key(ssh.host_key) and not placeholder_address(ssh.host):
+        return [Problem(path=f"{NAMESPACE}:{section}.ssh.hostKey", message=(
+            f"is the placeholder key of the committed stack files, and ssh.host {ssh.host} is a real address: put in "
+            f"the host's own key, from `ssh-keyscan -t ed25519 {ssh.host}`"))]
     return []
 
 
@@ -413,6 +417,9 @@ def _cross_field_problems(host: HostConfig | None, nvidia: NvidiaConfig | None, 
 
     if host is not None:
         problems += ssh_problems("host", host.ssh)
+        if nvidia is not None and placeholder_digest(nvidia.sha256) and not placeholder_address(host.ssh.host):
+            add("nvidia.sha256", f"is a placeholder ({nvidia.sha256[:8]}…), and host.ssh.host {host.ssh.host} is a "
+                f"real address: put in the digest of the installer, `sha256sum {nvidia.run_file}`")
 
     seen_slots: dict[str, int] = {}
     for index, gpu in gpus:
