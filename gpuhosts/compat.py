@@ -217,6 +217,16 @@ def _shared_gpus(params: dict, ctx: Context) -> list[Hit]:
     return _pairs(ctx, overlap)
 
 
+def _context_beyond_the_model(params: dict, ctx: Context) -> list[Hit]:
+    hits = []
+    for index, service in ctx.services:
+        limit = ctx.facts(service.model.repo).max_position_embeddings
+        if service.context_length and limit and service.context_length > limit:
+            hits.append((index, f"contextLength {service.context_length} is beyond {service.model.repo}'s "
+                         f"max_position_embeddings {limit}"))
+    return hits
+
+
 def _derived_flag_in_extra_args(params: dict, ctx: Context) -> list[Hit]:
     """The flags a service's driver puts on its command line for its release, from the driver itself: a flag a
     driver starts deriving is refused in extraArgs with no new rule."""
@@ -244,6 +254,7 @@ CHECKS: dict[str, Callable[[dict, Context], list[Hit]]] = {
     "shared_port": _shared_port,
     "shared_gpus": _shared_gpus,
     "derived_flag_in_extra_args": _derived_flag_in_extra_args,
+    "context_beyond_the_model": _context_beyond_the_model,
 }
 
 
@@ -300,7 +311,16 @@ def _training_min_version(params: dict, training: Any, rules: RuleFile) -> str |
     return f"{params['package']} {package.version} is older than {params['minVersion']}"
 
 
+def _training_context_beyond_the_model(params: dict, training: Any, rules: RuleFile) -> str | None:
+    limit = model_facts(training.verifier.repo, rules).max_position_embeddings
+    length = training.server.max_model_len
+    if limit and length > limit:
+        return f"maxModelLen {length} is beyond {training.verifier.repo}'s max_position_embeddings {limit}"
+    return None
+
+
 TRAINING_CHECKS: dict[str, Callable[[dict, Any, RuleFile], str | None]] = {
+    "training_context_beyond_the_model": _training_context_beyond_the_model,
     "training_fix_present": _training_fix_present,
     "training_min_version": _training_min_version,
 }

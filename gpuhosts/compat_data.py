@@ -49,6 +49,9 @@ class ModelRow(_Row):
     gdn_hybrid: bool | None = None
     num_layers: int | None = None
     sliding_window: bool | None = None
+    # config.json's max_position_embeddings: the longest context the model takes without rope scaling.
+    max_position_embeddings: int | None = None
+    source: str | None = None
 
 
 class DatasetRow(_Row):
@@ -164,6 +167,8 @@ class ModelFacts:
     num_layers: int | None = None
     sliding_window: bool | None = None
     size_gb: float | None = None
+    max_position_embeddings: int | None = None
+    source: str | None = None
 
 
 @lru_cache(maxsize=4)
@@ -182,7 +187,8 @@ def model_facts(repo: str, rules: RuleFile | None = None) -> ModelFacts:
             merged.update({k: v for k, v in row.model_dump(exclude={"repo"}).items() if v is not None})
     return ModelFacts(family=merged.get("family"), gdn_hybrid=bool(merged.get("gdn_hybrid")),
                       num_layers=merged.get("num_layers"), sliding_window=merged.get("sliding_window"),
-                      size_gb=merged.get("size_gb"))
+                      size_gb=merged.get("size_gb"), max_position_embeddings=merged.get("max_position_embeddings"),
+                      source=merged.get("source"))
 
 
 def dataset_rows(repo: str, split: str, subset: str | None = None, rules: RuleFile | None = None) -> DatasetRow | None:

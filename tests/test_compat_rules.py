@@ -75,6 +75,9 @@ TRIGGERED = [
     ("shared-port", lambda r: (enable_both_on_own_gpus(r), sglang(r).update(bind="::"),
                                vllm(r).update(port=30000, bind="127.0.0.1")), "gpuhosts:services[1].port",
      "port 30000 is the same", None),
+    ("context-beyond-the-model", lambda r: sglang(r).update(contextLength=1000000),
+     "gpuhosts:services[0].contextLength",
+     "contextLength 1000000 is beyond Qwen/Qwen3.6-27B's max_position_embeddings 262144", None),
     ("derived-flag-in-extra-args", lambda r: sglang(r).update(extraArgs=["--port", "8001"]),
      "gpuhosts:services[0].extraArgs", "extraArgs[0] is --port, which gpuhosts derives for sglang 0.5.11", None),
     ("derived-flag-in-extra-args", lambda r: sglang(r).update(extraArgs=["--enable-torch-compile",
@@ -121,6 +124,7 @@ NOT_TRIGGERED = [
     ("a shared port declared, one service stopped", lambda r: vllm(r).update(port=30000), None),
     ("the IPv4 wildcard and an IPv6 address", lambda r: (enable_both_on_own_gpus(r), sglang(r).update(bind="0.0.0.0"),
                                                          vllm(r).update(port=30000, bind="::1")), None),
+    ("the model's own context length", lambda r: sglang(r).update(contextLength=262144), None),
     ("a flag gpuhosts does not derive", lambda r: sglang(r).update(extraArgs=["--enable-torch-compile"]), None),
 ]
 

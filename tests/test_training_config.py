@@ -56,6 +56,8 @@ BAD = [
      "gpuhosts:training.monitor.tokenSecret", "is required when the monitor binds 0.0.0.0"),
     ("monitor token not a secret", lambda v: training(v)["monitor"].update(tokenSecret="monitorToken"),
      "gpuhosts:training.monitor.tokenSecret", "pulumi config set --secret gpuhosts:monitorToken"),
+    ("server beyond the verifier's context", lambda v: training(v)["server"].update(maxModelLen=1048576),
+     "gpuhosts:training.server.maxModelLen", "beyond Qwen/Qwen3.6-27B's max_position_embeddings 262144"),
     ("server shorter than a sample", lambda v: training(v)["server"].update(maxModelLen=4096),
      "gpuhosts:training.server.maxModelLen", "shorter than hyper.maxSeqLen"),
     ("drafter layers disagree", lambda v: training(v)["drafter"].update(numLayers=4), "gpuhosts:training",
