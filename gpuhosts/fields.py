@@ -100,6 +100,14 @@ def local_address(bind: str) -> str:
     return "127.0.0.1" if ipaddress.ip_address(bind).is_unspecified else bind
 
 
+def did_you_mean(name: str, candidates) -> str | None:
+    """The one candidate `name` most likely misspells (difflib's ratio of at least 0.8), or None."""
+    import difflib
+
+    found = difflib.get_close_matches(name, sorted(set(candidates) - {name}), n=1, cutoff=0.8)
+    return found[0] if found else None
+
+
 def is_loopback(bind: str) -> bool:
     """Only a loopback address keeps a listener to the host itself (a name such as localhost is not accepted). The
     training monitor applies the same rule when it starts (gpuhosts_monitor/bind.py, shipped without gpuhosts);

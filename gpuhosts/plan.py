@@ -19,6 +19,7 @@ import yaml
 
 from gpuhosts.benchmarks import referenced_benchmark_secrets
 from gpuhosts.config import NAMESPACE, ConfigError, Problem, StackKind, stack_kind
+from gpuhosts.fields import did_you_mean
 from gpuhosts.fleet import NAME_SEPARATOR, is_fleet, referenced_fleet_secrets, validate_fleet
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
@@ -174,9 +175,47 @@ def stand_in_secrets(values: dict[str, Any], secure: set[str]) -> tuple[dict[str
     needed = ({"sshPrivateKey"} | referenced_secrets(values.get("services")) | referenced_training_secrets(values.get("training"))
               | referenced_benchmark_secrets(values.get("benchmarks")) | referenced_fleet_secrets(values.get("hosts")))
     missing = sorted(needed - set(values))
+    # Names a stack file declares only by naming them: two that differ by a slip are one key misspelt, and the
+    # plan cannot tell which one is meant, so it names both places.
+    known = needed | set(values) | {"sshPrivateKey", "hfToken"}
+    typos, reported = [], set()
+    for name in missing:
+        likely = did_you_mean(name, known - {name})
+        if likely is None or frozenset((name, likely)) in reported:
+            continue
+        reported.add(frozenset((name, likely)))
+        places = ", ".join(secret_reference_paths(values, name) + secret_reference_paths(values, likely))
+        typos.append(Problem(path=secret_reference_paths(values, name)[0], message=(
+            f"names {NAMESPACE}:{name} where {places} name {name} and {likely}, which differ by a slip: name one "
+            f"secret key in every place, then set it with `pulumi config set --secret {NAMESPACE}:KEY`")))
+    if typos:
+        raise ConfigError(typos)
     warnings = [f"{NAMESPACE}:{name} is not set in the stack file; the plan stands in for it and `pulumi up` needs it: "
                 f"pulumi config set --secret {NAMESPACE}:{name}" for name in missing]
     return {**values, **{name: SECRET_PLACEHOLDER for name in missing}}, secure | set(missing), warnings
+
+
+def secret_reference_paths(values: dict[str, Any], name: str) -> list[str]:
+    """Where a raw stack names the secret key `name`: the services' (and a fleet's hosts' services') apiKeySecret and
+    gateway.apiKeySecret, and the training monitor's tokenSecret; the key itself when nothing names it."""
+    paths = []
+
+    def services(raw: Any, prefix: str) -> None:
+        for index, entry in enumerate(raw if isinstance(raw, list) else []):
+            if isinstance(entry, dict):
+                if entry.get("apiKeySecret") == name:
+                    paths.append(f"{prefix}services[{index}].apiKeySecret")
+                if isinstance(entry.get("gateway"), dict) and entry["gateway"].get("apiKeySecret") == name:
+                    paths.append(f"{prefix}services[{index}].gateway.apiKeySecret")
+
+    services(values.get("services"), f"{NAMESPACE}:")
+    for index, host in enumerate(values.get("hosts") if isinstance(values.get("hosts"), list) else []):
+        if isinstance(host, dict):
+            services(host.get("services"), f"{NAMESPACE}:hosts[{index}].")
+    monitor = (values.get("training") or {}).get("monitor") if isinstance(values.get("training"), dict) else None
+    if isinstance(monitor, dict) and monitor.get("tokenSecret") == name:
+        paths.append(f"{NAMESPACE}:training.monitor.tokenSecret")
+    return paths or [f"{NAMESPACE}:{name}"]
 
 
 def _scrub(value: Any) -> Any:

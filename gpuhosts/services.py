@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from gpuhosts.fields import HF_REPO, HF_REVISION as REVISION, binds_meet, ip_address, safe_directory
+from gpuhosts.fields import HF_REPO, HF_REVISION as REVISION, binds_meet, did_you_mean, ip_address, safe_directory
 from gpuhosts.config import (
     NAMESPACE,
     PCI_ADDRESS,
@@ -471,8 +471,7 @@ def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackCon
             listening.setdefault(spot, instance.replica)
         problems.extend(_gateway_problems(index, service, vmids, secret_keys))
         if service.api_key_secret is not None and service.api_key_secret not in secret_keys:
-            add(index, "apiKeySecret", f"{NAMESPACE}:{service.api_key_secret} is not a secret of this stack; "
-                f"`pulumi config set --secret {NAMESPACE}:{service.api_key_secret}`")
+            add(index, "apiKeySecret", unset_secret(service.api_key_secret, secret_keys))
         drafter = service.speculative.drafter
         if drafter is not None and drafter.gated and "hfToken" not in secret_keys:
             add(index, "speculative.drafter.gated", f"{drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
@@ -530,8 +529,7 @@ def _gateway_problems(index: int, service: ServiceConfig, vmids: set[int], secre
             "enable the service or remove gateway")
     key = gateway.api_key_secret or service.api_key_secret
     if gateway.api_key_secret is not None and gateway.api_key_secret not in secret_keys:
-        add("gateway.apiKeySecret", f"{NAMESPACE}:{gateway.api_key_secret} is not a secret of this stack; "
-            f"`pulumi config set --secret {NAMESPACE}:{gateway.api_key_secret}`")
+        add("gateway.apiKeySecret", unset_secret(gateway.api_key_secret, secret_keys))
     if key is None:
         add("gateway.apiKeySecret", "is required: the gateway's API is a way into the replicas and into its own "
             "worker management; name a secret stack key here or as the service's apiKeySecret")
@@ -569,6 +567,15 @@ def validate_services(raw: Any, stack: StackConfig, secret_keys: set[str] | froz
     if problems:
         raise ConfigError(problems)
     return tuple(s for _, s in services)
+
+
+def unset_secret(name: str, secret_keys: set[str]) -> str:
+    """Why a named secret key is refused: the stack does not hold it, with the one it likely misspells."""
+    likely = did_you_mean(name, secret_keys)
+    if likely is not None:
+        return (f"{NAMESPACE}:{name} is not a secret of this stack, and {NAMESPACE}:{likely} is: write {likely} "
+                f"here, or set {name} with `pulumi config set --secret {NAMESPACE}:{name}`")
+    return f"{NAMESPACE}:{name} is not a secret of this stack; `pulumi config set --secret {NAMESPACE}:{name}`"
 
 
 def referenced_secrets(raw_services: Any) -> set[str]:

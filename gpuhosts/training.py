@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from gpuhosts.compat_data import dataset_files, dataset_overlaps, dataset_rows
 from gpuhosts.dataset_size import estimate
 from gpuhosts.config import DRIVER_VERSION, HOSTNAME, NAMESPACE, SHA256, MonitoringSpec, Problem, SshConfig, _Model
-from gpuhosts.fields import HF_REPO, below, host_address, ip_address, is_loopback, safe_directory
+from gpuhosts.fields import HF_REPO, below, did_you_mean, host_address, ip_address, is_loopback, safe_directory
 from gpuhosts.hostside.dataset_prepare import CONVERTERS, READABLE, split_files, split_patterns
 from gpuhosts.hostside.drafter_config import compare_declared, parse_drafter_config, target_layer_ids
 from gpuhosts.services import DrafterSpec, ModelSpec, PackageSpec
@@ -599,8 +599,10 @@ def _training_problems(node: NodeConfig, training: TrainingConfig, secret_keys: 
         add("training.monitor.tokenSecret", f"is required when the monitor binds {monitor.bind}: anyone who reaches the "
             "port would see the training; set a secret key name, or keep bind 127.0.0.1 and use an SSH tunnel")
     if monitor.token_secret is not None and monitor.token_secret not in secret_keys:
-        add("training.monitor.tokenSecret", f"{NAMESPACE}:{monitor.token_secret} is not a secret of this stack; "
-            f"`pulumi config set --secret {NAMESPACE}:{monitor.token_secret}`")
+        likely = did_you_mean(monitor.token_secret, secret_keys)
+        add("training.monitor.tokenSecret", f"{NAMESPACE}:{monitor.token_secret} is not a secret of this stack"
+            + (f", and {NAMESPACE}:{likely} is: write {likely} here, or set {monitor.token_secret} with " if likely
+               else "; ") + f"`pulumi config set --secret {NAMESPACE}:{monitor.token_secret}`")
     if monitor.port == training.server.port:
         add("training.monitor.port", f"{monitor.port} is the hidden-state server's port too; give each its own port")
     problems += _path_problems(node, training)
