@@ -57,6 +57,23 @@ from gpuhosts.training import (
 )
 
 
+# The sections only one kind of stack has (kind and monitoring are both kinds').
+KIND_SECTIONS = {StackKind.PROXMOX: ("host", "nvidia", "gpus", "containers", "services", "benchmarks", "hosts"),
+                 StackKind.TRAINER: ("node", "training", "multiNode")}
+
+
+def kind_of_the_sections(raw: dict[str, Any], kind: StackKind) -> None:
+    """A file whose sections are all another kind's, validated as `kind` because gpuhosts:kind says so: one problem,
+    on gpuhosts:kind, instead of a required section of this kind missing and each of the other kind's unknown."""
+    present = {other: [s for s in sections if raw.get(s) is not None] for other, sections in KIND_SECTIONS.items()}
+    (other,) = [k for k in KIND_SECTIONS if k is not kind]
+    if present[other] and not present[kind]:
+        raise ConfigError([Problem(path=f"{NAMESPACE}:kind", message=(
+            f"is {kind.value}, but the file's sections ({', '.join(present[other])}) are a "
+            f"{'training node' if other is StackKind.TRAINER else 'Proxmox host'}'s: set {NAMESPACE}:kind: "
+            f"{other.value}"))])
+
+
 def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] = frozenset(),
                    other_keys=()) -> StackConfig:
     """Turn the stack's `gpuhosts:*` values (namespace stripped) into a StackConfig, or raise ConfigError.
@@ -64,6 +81,7 @@ def validate_stack(raw: dict[str, Any], secret_keys: set[str] | frozenset[str] =
     Each section and each list entry is validated on its own, so one run reports every problem in the stack.
     `secret_keys` are the keys set as secrets (`pulumi config set --secret`); services may only name those.
     """
+    kind_of_the_sections(raw, StackKind.PROXMOX)
     problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.PROXMOX)
     problems += stray_key_problems(raw, SECTIONS, SECRET_KEYS,
                                    referenced_secrets(raw.get("services")) | referenced_benchmark_secrets(raw.get("benchmarks")),
@@ -127,6 +145,7 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
     """Turn a training node stack's values into a TrainerStack, or raise ConfigError naming every problem.
     `drafter_configs` maps a drafter repo to its config.json, where known: the stack's mask token, layer types and
     sliding window must then agree with it (without it, the node checks them after the download)."""
+    kind_of_the_sections(raw, StackKind.TRAINER)
     problems = namespace_problems(other_keys) + kind_problems(raw, StackKind.TRAINER)
     problems += stray_key_problems(raw, TRAINER_SECTIONS, TRAINER_SECRET_KEYS,
                                   referenced_training_secrets(raw.get("training")), secret_keys,
