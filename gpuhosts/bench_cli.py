@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from gpuhosts import exit_codes
 from gpuhosts import check, protocol
 from gpuhosts.config import ConfigError
 from gpuhosts.plan import PlanError
@@ -65,9 +66,12 @@ def run(args: argparse.Namespace, stack_name, environ: dict[str, str] | None = N
         unit = chosen[0]
         source, path = check.key_source(args.ssh_key, environ)
         key = check.read_key(source, path)
-    except (check.CheckError, ConfigError, PlanError, TemplateError) as error:
+    except (check.CheckError, ConfigError) as error:
         print(f"{where}: {error}", file=sys.stderr)
-        return 1
+        return exit_codes.INVALID
+    except (PlanError, TemplateError) as error:
+        print(f"{where}: {error}", file=sys.stderr)
+        return exit_codes.ERROR
     target = loaded.target
     inputs = {"address": target.address, "port": target.port, "user": target.user, "hostKey": target.host_key}
     props = unit_inputs(unit, inputs)

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from gpuhosts import exit_codes
 from gpuhosts.config import ConfigError, StackKind, stack_kind
 from gpuhosts.plan import PlanError, read_stack_file, stand_in_secrets
 from gpuhosts.plans.model_download import deep_probe
@@ -52,7 +53,7 @@ KEY_FILE_VARIABLE = "GPUHOSTS_SSH_KEY_FILE"
 # huggingface_hub's own variables (constants.py ENDPOINT, HF_TOKEN): where the Hub is, and the token it is sent.
 HUB_ENDPOINT_VARIABLE, HUB_TOKEN_VARIABLE = "HF_ENDPOINT", "HF_TOKEN"
 HUB_ENDPOINT = "https://huggingface.co"
-EXIT_IN_SYNC, EXIT_ERROR, EXIT_DRIFT = 0, 1, 2
+EXIT_IN_SYNC, EXIT_ERROR, EXIT_INVALID, EXIT_DRIFT = exit_codes.OK, exit_codes.ERROR, exit_codes.INVALID, exit_codes.DIFFERENCES
 IN_SYNC, DRIFTED, UNREACHABLE, FAILED = "in sync", "drifted", "unreachable", "failed"
 # What a drifted field shows on the side the plan does not declare (a fact the probe reports beyond them).
 NOT_DECLARED = "(not declared)"
@@ -112,11 +113,18 @@ def _shown(value: Any) -> str:
 
 def text_report(stack: str, host: str, target: Target, checks: list[UnitCheck]) -> list[str]:
     lines = [f"gpuhosts check {stack}: host {host} ({target.user}@{target.address}:{target.port})"]
+    # A host that cannot be reached is one reason, said once: the first unit's; each unit then only says so.
+    unreachable = [check.reason or "" for check in checks if check.status == UNREACHABLE]
+    if unreachable:
+        lines.append(f"  {host} unreachable: {unreachable[0].splitlines()[0] if unreachable[0] else ''}")
+        lines += [f"      {line}" for line in unreachable[0].splitlines()[1:]]
     for check in checks:
-        if check.status == DRIFTED:
+        if check.status == UNREACHABLE:
+            lines.append(f"  {check.unit}: unreachable")
+        elif check.status == DRIFTED:
             lines.append(f"  {check.unit}: drifted")
             lines += [f"      {d.field}: {_shown(d.observed)} → {_shown(d.desired)}" for d in check.drift]
-        elif check.status in (UNREACHABLE, FAILED):
+        elif check.status == FAILED:
             reason = (check.reason or "").splitlines() or [""]
             lines.append(f"  {check.unit}: {check.status} ({reason[0]}")
             lines += [f"      {line}" for line in reason[1:]]
@@ -301,12 +309,12 @@ def add_subparser(commands) -> argparse.ArgumentParser:
 
 
 class _CheckParser(argparse.ArgumentParser):
-    """The `check` subparser: a usage error, an unknown option included, exits 1 (2 means drift)."""
+    """The `check` subparser: a usage error, an unknown option included, exits 2 (gpuhosts/exit_codes.py)."""
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
         print(f"gpuhosts check: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_ERROR)
+        raise SystemExit(EXIT_INVALID)
 
     def parse_known_args(self, args=None, namespace=None):
         # Left over, an unknown option would reach the top-level parser, whose error exits 2.
@@ -328,7 +336,9 @@ def run(args: argparse.Namespace, stack_name, environ: dict[str, str] | None = N
         source, path = key_source(args.ssh_key, environ)
         loaded = load(args.stack_file or PROJECT_ROOT / "stacks" / f"Pulumi.{stack}.yaml")
         key = read_key(source, path)
-    except (CheckError, ConfigError, PlanError, TemplateError) as error:
+    except (CheckError, ConfigError) as error:
+        return _fail(args, stack, str(error), EXIT_INVALID)
+    except (PlanError, TemplateError) as error:
         return _fail(args, stack, str(error))
     if not args.json:
         for warning in loaded.warnings:
@@ -377,9 +387,9 @@ def deep_checks(connection: Connection, graph, target: dict[str, Any], checks: l
             check.status, check.reason = FAILED, f"deep: {error}"
 
 
-def _fail(args: argparse.Namespace, stack: str, message: str) -> int:
+def _fail(args: argparse.Namespace, stack: str, message: str, code: int = EXIT_ERROR) -> int:
     print(f"gpuhosts check {stack}: {message}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"stack": stack, "result": "error", "exitCode": EXIT_ERROR, "error": message}, indent=2,
+        print(json.dumps({"stack": stack, "result": "error", "exitCode": code, "error": message}, indent=2,
                          sort_keys=True, ensure_ascii=False))
-    return EXIT_ERROR
+    return code

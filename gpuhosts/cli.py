@@ -4,11 +4,12 @@ have modules of their own."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
 
-from gpuhosts import bench_cli
+from gpuhosts import bench_cli, exit_codes
 from gpuhosts import check as live_check
 from gpuhosts import diff
 from gpuhosts.config import ConfigError
@@ -22,15 +23,28 @@ STACK_NAME = re.compile(r"^(?!\.+$)[A-Za-z0-9_.-]{1,100}$")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command's exit code means the same (gpuhosts/exit_codes.py); a reader that stops reading (`| head`)
+    ends the command quietly."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # Python's own advice (signal module docs, "Note on SIGPIPE"): point stdout at devnull so the interpreter's
+        # final flush finds no closed pipe, and exit with the error status.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exit_codes.ERROR
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpuhosts", description="Offline tools for the gpuhosts Pulumi program.")
+    parser.add_argument("--version", action="version", version=f"gpuhosts {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser("plan", help="render every file and command a stack would apply, without a host")
     plan.add_argument("stack", help="stack name, e.g. kpro5")
     plan.add_argument("--stack-file", type=Path, help="stack config file (default: stacks/Pulumi.STACK.yaml)")
     plan.add_argument("--out", type=Path, help="output folder (default: build/plan/STACK)")
-    # `diff` reads its own arguments: its exit codes keep 2 for "changes", so its usage errors exit 1.
+    # `diff` reads its own arguments (gpuhosts/diff.py).
     commands.add_parser("diff", add_help=False, help="review a change: two plans, or stacks against --base GIT_REF "
-                        "(exit 0 no change, 2 changes, 1 error)")
+                        "(exit 0 no change, 3 changes, 2 invalid input, 1 error)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["diff"]:
         return diff.main(argv[1:], STACK_NAME)
@@ -47,17 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     if not STACK_NAME.match(args.stack):
         print(f"gpuhosts plan: {args.stack!r} is not a stack name (letters, digits, '-', '_', '.'; as `pulumi stack "
               "init` accepts them)", file=sys.stderr)
-        return 2
+        return exit_codes.INVALID
     stack_file = args.stack_file or PROJECT_ROOT / "stacks" / f"Pulumi.{args.stack}.yaml"
     out = args.out or PROJECT_ROOT / "build" / "plan" / args.stack
     try:
         summary = write_plan(PROJECT_ROOT, args.stack, stack_file, out)
     except ConfigError as error:
         print(f"gpuhosts plan {args.stack}: {error}", file=sys.stderr)
-        return 2
+        return exit_codes.INVALID
     except (PlanError, TemplateError) as error:
         print(f"gpuhosts plan {args.stack}: {error}", file=sys.stderr)
-        return 1
+        return exit_codes.ERROR
     for warning in summary["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     hosts = ", ".join(summary["hosts"])
@@ -67,7 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     # The resources `pulumi preview` would show, as it shows them.
     print()
     print((out / "tree.txt").read_text(), end="")
-    return 0
+    return exit_codes.OK
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpuhosts")
+    except PackageNotFoundError:
+        return "unknown (not installed: run make)"
 
 
 def service_lines(summary: dict) -> list[str]:

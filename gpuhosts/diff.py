@@ -28,11 +28,12 @@ from typing import Any
 
 import yaml
 
+from gpuhosts import exit_codes
 from gpuhosts.config import NAMESPACE
 from gpuhosts.plan import PLAN_MARKER, SCRIPTS, secret_versions
 from gpuhosts.render import PROJECT_ROOT
 
-EXIT_NO_CHANGE, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+EXIT_NO_CHANGE, EXIT_ERROR, EXIT_INVALID, EXIT_CHANGES = exit_codes.OK, exit_codes.ERROR, exit_codes.INVALID, exit_codes.DIFFERENCES
 # GitHub refuses an issue or pull request comment body longer than this many characters.
 COMMENT_LIMIT = 65_536
 # The first line of the comment, so a workflow finds and edits its one comment instead of adding another.
@@ -732,24 +733,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str], stack_name: re.Pattern[str], root: Path = PROJECT_ROOT) -> int:
     parser = build_parser()
     try:
-        # A usage error is exit 1 here: 2 means "changes".
         args = parser.parse_args(argv)
     except argparse.ArgumentError as error:
         print(f"gpuhosts diff: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_INVALID
     except SystemExit as stop:
-        return EXIT_NO_CHANGE if stop.code == 0 else EXIT_ERROR
+        return EXIT_NO_CHANGE if stop.code == 0 else EXIT_INVALID
+    bad = [s for s in args.items if not stack_name.match(s)] if args.base is not None else []
+    if bad or (args.base is None and len(args.items) != 2):
+        print("gpuhosts diff: " + (f"{bad[0]!r} is not a stack name (letters, digits, '-', '_', '.'); with --base "
+                                   "give stack names, e.g. `gpuhosts diff kpro5 trainer --base origin/main`" if bad
+                                   else f"give two plan folders (BASE_PLAN HEAD_PLAN), not {len(args.items)}; or "
+                                   "stack names with --base GIT_REF"), file=sys.stderr)
+        return EXIT_INVALID
     try:
         if args.base is not None:
-            bad = [s for s in args.items if not stack_name.match(s)]
-            if bad:
-                raise DiffError(f"{bad[0]!r} is not a stack name (letters, digits, '-', '_', '.'); with --base give "
-                                "stack names, e.g. `gpuhosts diff kpro5 trainer --base origin/main`")
             reviews = review_from_git(root, args.items, args.base)
         else:
-            if len(args.items) != 2:
-                raise DiffError(f"give two plan folders (BASE_PLAN HEAD_PLAN), not {len(args.items)}; or stack "
-                                "names with --base GIT_REF")
             base, head = (load_plan(Path(item)) for item in args.items)
             stack = _read_json(Path(args.items[1]) / "summary.json").get("stack") or Path(args.items[1]).name
             reviews = [review_stack(str(stack), base, head)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import filecmp
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -238,3 +239,26 @@ def test_a_service_whose_release_the_metric_catalog_lacks_is_refused_with_exit_2
     assert result.returncode == 2, result.stdout + result.stderr
     assert "gpuhosts:monitoring: service qwen-sglang runs sglang 0.5.23" in result.stderr + result.stdout
     assert "metrics-catalog.yaml" in result.stderr + result.stdout and not out.exists()
+
+
+def test_version_names_the_installed_release():
+    from importlib.metadata import version
+
+    result = subprocess.run([sys.executable, "-m", "gpuhosts.cli", "--version"], capture_output=True, text=True,
+                            cwd=PROJECT)
+    assert result.returncode == 0 and result.stdout.strip() == f"gpuhosts {version('gpuhosts')}"
+
+
+def test_a_reader_that_stops_reading_ends_the_plan_quietly(tmp_path, monkeypatch):
+    """`gpuhosts plan kpro5 | head -1`: a stdout whose reader is gone; the command ends with the error status and
+    no traceback (Python ignores SIGPIPE, so a write raises BrokenPipeError)."""
+    from gpuhosts.cli import main
+
+    reader, writer = os.pipe()
+    os.close(reader)
+    closed = os.fdopen(writer, "w", buffering=1)  # a terminal's or a pipe's line at a time
+    monkeypatch.setattr(sys, "stdout", closed)
+    try:
+        assert main(["plan", "kpro5", "--out", str(tmp_path / "plan")]) == 1
+    finally:
+        closed.close()

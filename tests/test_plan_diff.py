@@ -245,12 +245,12 @@ def test_markdown_of_a_small_change_is_whole(plans):
 
 EXIT_CASES = [
     ("no change", lambda p, t: [p("kpro5"), p("kpro5")], 0, ""),
-    ("a change", lambda p, t: [p("kpro5"), p("kpro5", port)], 2, ""),
+    ("a change", lambda p, t: [p("kpro5"), p("kpro5", port)], 3, ""),
     ("a missing folder", lambda p, t: [t / "absent", p("kpro5")], 1, "absent: no such folder"),
     ("not a plan", lambda p, t: [t, p("kpro5")], 1, "not a gpuhosts plan"),
-    ("one folder", lambda p, t: [p("kpro5")], 1, "give two plan folders"),
-    ("an unknown option", lambda p, t: [p("kpro5"), p("kpro5"), "--colour"], 1, "unrecognized arguments"),
-    ("a bad stack name", lambda p, t: ["../x", "--base", "HEAD"], 1, "is not a stack name"),
+    ("one folder", lambda p, t: [p("kpro5")], 2, "give two plan folders"),
+    ("an unknown option", lambda p, t: [p("kpro5"), p("kpro5"), "--colour"], 2, "unrecognized arguments"),
+    ("a bad stack name", lambda p, t: ["../x", "--base", "HEAD"], 2, "is not a stack name"),
     ("a bad ref", lambda p, t: ["kpro5", "--base", "no-such-ref-anywhere"], 1, "--base no-such-ref-anywhere: not a commit"),
     # A stack on neither side is a misspelt name: an error, never "no change" (nor "changes", which passes CI).
     ("an unknown stack", lambda p, t: ["kpro5", "kpro9", "--base", "HEAD"], 1,

@@ -203,12 +203,12 @@ exit "$STAND_IN_EXIT"
 """
 
 # gpuhosts diff's exit code -> the step's exit code and its `changes` output (None: the step failed).
-EXITS = {"no change": (0, 0, "false"), "changes": (2, 0, "true"), "the diff failed": (1, 1, None),
-         "an unexpected code": (3, 3, None)}
+EXITS = {"no change": (0, 0, "false"), "changes": (3, 0, "true"), "the diff failed": (1, 1, None),
+         "refused input": (2, 2, None), "an unexpected code": (4, 4, None)}
 
 
 @pytest.mark.parametrize("case", EXITS, ids=list(EXITS))
-def test_the_diff_step_reads_exit_code_two_as_changes(case, workflow, tmp_path):
+def test_the_diff_step_reads_exit_code_three_as_changes(case, workflow, tmp_path):
     exit_code, step_rc, changes = EXITS[case]
     gpuhosts = tmp_path / ".venv" / "bin" / "gpuhosts"
     gpuhosts.parent.mkdir(parents=True)
