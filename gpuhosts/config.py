@@ -8,6 +8,7 @@ config path (`gpuhosts:gpus[2].container`) and say how to fix it.
 from __future__ import annotations
 
 import difflib
+import json
 import posixpath
 import re
 from enum import Enum
@@ -392,17 +393,58 @@ def _path(loc: tuple[Any, ...]) -> str:
     return text
 
 
+# What each `pattern=` of the typed models takes, in words: a refusal says the words, never the regex
+# (tests/test_messages.py holds every pattern of the models to having words here).
+PATTERN_WORDS = {
+    r"^3\.\d{1,2}$": 'a Python 3 release, quoted, e.g. "3.12"',
+    r"^[a-zA-Z_:][a-zA-Z0-9_:]*$": "a Prometheus metric name: letters, digits, '_' and ':', not beginning with a digit",
+    r"^[a-z][a-z0-9_-]{0,39}$": "1 to 40 lower-case letters, digits, '_' or '-', beginning with a letter",
+    r"^/[A-Za-z0-9_/.-]{0,80}$": "a URL path: '/' and then up to 80 letters, digits, '_', '/', '.' or '-'",
+    r"^[a-z0-9_]{1,40}$": "1 to 40 lower-case letters, digits or '_'",
+    r"^[A-Za-z0-9_.-]{1,64}$": "1 to 64 letters, digits, '_', '.' or '-'",
+    r"^[a-z0-9][a-z0-9._-]{0,39}$": "1 to 40 lower-case letters, digits, '.', '_' or '-', beginning with a letter or digit",
+}
+# Pydantic's refusals of a value's type, in the words of a stack file (YAML).
+TYPE_WORDS = {
+    "tuple_type": "a list, e.g. [a, b]", "list_type": "a list, e.g. [a, b]", "set_type": "a list, e.g. [a, b]",
+    "dict_type": "a mapping of settings (name: value)", "model_type": "a mapping of settings (name: value)",
+    "model_attributes_type": "a mapping of settings (name: value)",
+    "string_type": "text (quote it)", "int_type": "a whole number", "int_parsing": "a whole number",
+    "int_from_float": "a whole number", "float_type": "a number", "float_parsing": "a number",
+    "bool_type": "true or false", "bool_parsing": "true or false",
+}
+BOUND_WORDS = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "more than"),
+               "less_than_equal": ("le", "at most"), "less_than": ("lt", "less than")}
+
+
+def _given(value: Any) -> str:
+    shown = json.dumps(value, default=str)
+    return shown if len(shown) <= 60 else shown[:57] + "…"
+
+
 def _pydantic_problems(error: ValidationError, prefix: tuple[Any, ...]) -> list[Problem]:
     problems = []
     for item in error.errors():
         loc = prefix + tuple(item["loc"])
         message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
+        kind, context = item["type"], item.get("ctx") or {}
+        if kind == "extra_forbidden":
             message = f"unknown field {loc[-1]!r}; remove it or check its spelling"
-        elif item["type"] == "missing":
+        elif kind == "missing":
             message = "is required"
-        elif item["type"] == "enum":
-            message = f"{item['input']!r} is not allowed; use one of: {item['ctx']['expected']}"
+        elif kind == "enum":
+            message = f"{item['input']!r} is not allowed; use one of: {context['expected']}"
+        elif kind in TYPE_WORDS:
+            message = f"must be {TYPE_WORDS[kind]}, not {_given(item['input'])}"
+        elif kind in BOUND_WORDS:
+            key, words = BOUND_WORDS[kind]
+            message = f"must be {words} {context[key]}, not {_given(item['input'])}"
+        elif kind == "string_pattern_mismatch":
+            words = PATTERN_WORDS.get(context.get("pattern"), "")
+            message = f"{_given(item['input'])} is not " + (words or "of the form this setting takes")
+        elif kind in ("string_too_long", "string_too_short", "too_long", "too_short"):
+            message = message.replace("String should", "must").replace("List should", "must").replace(
+                "should", "must") + f", not {_given(item['input'])}"
         problems.append(Problem(path=_path(loc), message=message))
     return problems
 

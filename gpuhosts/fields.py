@@ -125,6 +125,10 @@ def host_address(value: str) -> str:
     except ValueError:
         if DNS_NAME.match(value):
             return value
+        user, at, host = value.rpartition("@")
+        if at and user and host:
+            raise ValueError(f"{value!r} holds a user name: write host: {host} and the user apart, as user: {user}") \
+                from None
         raise ValueError(f"{value!r} is neither an IP address nor a DNS name") from None
 
 

@@ -95,7 +95,7 @@ BAD = [
     ("a service twice", set_in(("services",), ["qwen-sglang", "qwen-sglang"]), "gpuhosts:benchmarks[0].services",
      "names a service twice"),
     ("short long context", set_in(("prompts",), {"longContext": {"contextTokens": 32768}}),
-     "gpuhosts:benchmarks[0].prompts.longContext.contextTokens", "greater than or equal to 100000"),
+     "gpuhosts:benchmarks[0].prompts.longContext.contextTokens", "must be at least 100000, not 32768"),
     ("long context beyond a service", set_in(("prompts",), {"longContext": {"contextTokens": 131000}}),
      "gpuhosts:benchmarks[0].prompts.longContext.contextTokens", "do not fit service qwen-sglang's contextLength 131072"),
     ("no tool parser", lambda v: v["services"][1].pop("toolCallParser"), "gpuhosts:benchmarks[0].services[1]",
@@ -130,7 +130,7 @@ BAD = [
     ("samples without a data set", set_in(("ddtree", "maxSamples"), 16), "gpuhosts:benchmarks[0].ddtree",
      "maxSamples limits a data set, and no dataset is set"),
     ("a chat mode that is not a boolean", set_in(("thinking",), "maybe"), "gpuhosts:benchmarks[0].thinking",
-     "valid boolean"),
+     'must be true or false, not "maybe"'),
     ("reference drafter directory taken", set_in(("ddtree", "drafter"), {
         "repo": "z-lab/other-drafter", "localDir": "/srv/models/Qwen3.6-27B-DFlash"}),
      "gpuhosts:benchmarks[0].ddtree.drafter.localDir", "is also qwen-vllm-dflash's drafter directory"),

@@ -63,7 +63,7 @@ def _one_cluster(values: dict) -> None:
 # (case, change to a valid stack of two kpro5-like hosts, the problem's path, words it must hold)
 CASES = [
     ("an entry's field, named by its entry", _set(["hosts", 1, "ssh", "port"], 0),
-     "gpuhosts:hosts[1].ssh.port", "greater than or equal to 1"),
+     "gpuhosts:hosts[1].ssh.port", "must be at least 1, not 0"),
     ("a GPU's container, named by its entry", _set(["hosts", 1, "gpus", 2, "container"], 555),
      "gpuhosts:hosts[1].gpus[2].container", "add {vmid: 555, hostname: …} to gpuhosts:hosts[1].containers"),
     ("a service's rule, named by its entry", _set(["hosts", 1, "services", 0, "container"], 130),

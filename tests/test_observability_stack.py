@@ -56,7 +56,7 @@ def test_without_the_key_nothing_of_monitoring_is_installed(stack):
 
 CASES = [
     ({"bind": "localhost"}, "gpuhosts:monitoring.bind", "write 127.0.0.1"),
-    ({"nodeExporterPort": 80}, "gpuhosts:monitoring.nodeExporterPort", "greater than or equal to 1024"),
+    ({"nodeExporterPort": 80}, "gpuhosts:monitoring.nodeExporterPort", "must be at least 1024, not 80"),
     ({"filesDir": "/etc"}, "gpuhosts:monitoring.filesDir", "a folder of its own"),
     ({"scrapeToken": "x"}, "gpuhosts:monitoring.scrapeToken", ""),
     ({"dcgmExporterVersion": "latest"}, "gpuhosts:monitoring.dcgmExporterVersion", "not a Debian package version"),

@@ -40,7 +40,7 @@ def entry(raw, index=0):
 BAD = [
     # (case, mutation, path the message names, words the message contains)
     ("engine not a name", lambda r: entry(r)["engine"].update(name="TGI 2"), "gpuhosts:services[0].engine.name",
-     "should match pattern"),
+     "is not 1 to 40 lower-case letters, digits, '_' or '-', beginning with a letter"),
     ("version as a YAML number", lambda r: entry(r)["engine"].update(version=0.5), "gpuhosts:services[0].engine.version",
      "quote it"),
     ("version not exact", lambda r: entry(r)["engine"].update(version="0.5"), "gpuhosts:services[0].engine.version",
