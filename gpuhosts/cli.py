@@ -42,6 +42,7 @@ def _main(argv: list[str] | None = None) -> int:
     plan.add_argument("stack", help="stack name, e.g. kpro5")
     plan.add_argument("--stack-file", type=Path, help="stack config file (default: stacks/Pulumi.STACK.yaml)")
     plan.add_argument("--out", type=Path, help="output folder (default: build/plan/STACK)")
+    plan.add_argument("--verbose", action="store_true", help="print each warning in full")
     # `diff` reads its own arguments (gpuhosts/diff.py).
     commands.add_parser("diff", add_help=False, help="review a change: two plans, or stacks against --base GIT_REF "
                         "(exit 0 no change, 3 changes, 2 invalid input, 1 error)")
@@ -72,8 +73,11 @@ def _main(argv: list[str] | None = None) -> int:
     except (PlanError, TemplateError) as error:
         print(f"gpuhosts plan {args.stack}: {error}", file=sys.stderr)
         return exit_codes.ERROR
-    for warning in summary["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
+    shown = list(dict.fromkeys(summary["warnings"]))
+    for warning in shown:
+        print(f"warning: {warning if args.verbose else brief(warning)}", file=sys.stderr)
+    if not args.verbose and any(brief(w) != w for w in shown):
+        print(f"warning: each in full: {out / WARNINGS_FILE} (or gpuhosts plan --verbose)", file=sys.stderr)
     hosts = ", ".join(summary["hosts"])
     print(f"plan of stack {args.stack} ({hosts}) written to {out}")
     for line in service_lines(summary):
@@ -91,6 +95,16 @@ def package_version() -> str:
         return version("gpuhosts")
     except PackageNotFoundError:
         return "unknown (not installed: run make)"
+
+
+WARNINGS_FILE = "warnings.txt"
+BRIEF_CHARS = 160
+
+
+def brief(warning: str) -> str:
+    """A warning's first clause, one line of at most BRIEF_CHARS: the full text is in the plan folder."""
+    first = warning.split("; ", 1)[0]
+    return first if len(first) <= BRIEF_CHARS else first[:BRIEF_CHARS - 1] + "…"
 
 
 def service_lines(summary: dict) -> list[str]:

@@ -190,8 +190,9 @@ def stand_in_secrets(values: dict[str, Any], secure: set[str]) -> tuple[dict[str
             f"secret key in every place, then set it with `pulumi config set --secret {NAMESPACE}:KEY`")))
     if typos:
         raise ConfigError(typos)
-    warnings = [f"{NAMESPACE}:{name} is not set in the stack file; the plan stands in for it and `pulumi up` needs it: "
-                f"pulumi config set --secret {NAMESPACE}:{name}" for name in missing]
+    # One line for all of them: a committed stack file holds none, and a line each drowned the warning that matters.
+    warnings = [f"{', '.join(f'{NAMESPACE}:{name}' for name in missing)}: not set in the stack file; the plan stands "
+                "in for them, and `pulumi up` needs each: pulumi config set --secret KEY"] if missing else []
     return {**values, **{name: SECRET_PLACEHOLDER for name in missing}}, secure | set(missing), warnings
 
 
@@ -471,6 +472,9 @@ def write_plan(project_root: Path, stack: str, stack_file: Path, out: Path) -> d
         by_host = desired if hosts[0][2] else {hosts[0][0]: desired}
         summary = {"stack": stack, "hosts": by_host, "warnings": secret_warnings + stack_warnings}
         _dump(staging / "summary.json", summary)
+        # Every warning in full, once each: the command line shows each one's first clause.
+        warnings = list(dict.fromkeys(summary["warnings"]))
+        (staging / "warnings.txt").write_text("".join(f"warning: {w}\n" for w in warnings))
 
         if SECRET_PLACEHOLDER in "".join(p.read_text() for p in staging.rglob("*") if p.is_file()):
             raise PlanError("a secret value reached the plan output; refusing to write it")
