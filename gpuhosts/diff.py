@@ -165,7 +165,7 @@ def _unit_change(base: dict[str, Any], head: dict[str, Any], base_plan: HostPlan
     if base.get("stdinVersion") != head.get("stdinVersion") and base.get("stdin") == head.get("stdin"):
         what.append(f"its secret {(head.get('stdin') or '').strip('[]').removeprefix('secret ')} changed")
     if rest:
-        what.append(", ".join(f"{k}: {_short(base.get(k))} → {_short(head.get(k))}" for k in rest))
+        what.append(", ".join(line for k in rest for line in _leaf_changes(k, base.get(k), head.get(k))))
     return "; ".join(what)
 
 
@@ -251,8 +251,15 @@ def _service_changes(name: str, old: dict[str, Any] | None, new: dict[str, Any] 
                 elif before[variable] != after[variable]:
                     lines.append(f"environment: {variable}: {before[variable]} → {after[variable]}")
         else:
-            lines.append(f"{key}: {_short(before)} → {_short(after)}")
+            lines += _leaf_changes(key, before, after)
     return lines
+
+
+def _leaf_changes(key: str, before: Any, after: Any) -> list[str]:
+    """Each setting that changed under `key`, by its dotted path, old → new: never two whole mappings."""
+    old, new = _flatten(before, key), _flatten(after, key)
+    return [f"{path}: {_short(old.get(path))} → {_short(new.get(path))}"
+            for path in sorted(set(old) | set(new)) if old.get(path) != new.get(path)]
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:

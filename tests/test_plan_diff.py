@@ -32,6 +32,10 @@ def port(config):
     _service(config, "qwen-sglang")["port"] = 30001
 
 
+def gate_threshold(config):
+    _service(config, "qwen-sglang")["gate"]["minAcceptanceLength"] = 2.5
+
+
 def driver_bump(config):
     config["gpuhosts:nvidia"]["version"] = "580.159.04"
 
@@ -130,6 +134,10 @@ CASES = [
       "qwen-sglang, qwen-vllm-dflash one at a time, stopping every other service on those GPUs while each is "
       "measured, then puts them back as declared (qwen-sglang running, qwen-vllm-dflash stopped)"],
      ["WARNING", "GPU assignment", "does not run"]),
+    # One setting changed: the review names it and its two values, never the whole gate settings twice.
+    ("a gate threshold", "kpro5", (), (gate_threshold,),
+     ["service ct129 qwen-sglang:", "    gate.min_acceptance_length: 2.0 → 2.5", "~ ct129-gate-qwen-sglang"],
+     ['gate: {"']),
     ("the services flipped", "kpro5", (), (flip_services,),
      ["ct129-service-qwen-sglang: stops gpuhosts-qwen-sglang.service in CT 129",
       "ct129-service-qwen-vllm-dflash: starts gpuhosts-qwen-vllm-dflash.service in CT 129",
