@@ -264,9 +264,9 @@ class MonitoringSpec(_Model):
                                        "the alert rules and dashboards use).")
     gpu_memory_full_ratio: float = Field(0.98, gt=0, le=1, description="Alert when a GPU's framebuffer is this full "
                                          "for 15 minutes. Default 0.98 (the engines reserve about 0.9 on purpose).")
-    disk_free_ratio: float = Field(0.1, gt=0, lt=1, description="Alert when the training node's storage has less "
-                                                                "than this share free. Default 0.1.")
-    files_dir: str = Field("/etc/gpuhosts/monitoring", description="Folder on the host (the training node) the "
+    disk_free_ratio: float = Field(0.1, gt=0, lt=1, description="Training node: alert when its storage folder "
+                                                                "has less than this share free. Default 0.1.")
+    files_dir: str = Field("/etc/gpuhosts/monitoring", description="Folder on the machine (the Proxmox host or the training node) the "
                            "rule files, file_sd targets, scrape fragments, DCGM counters and dashboards are written "
                            "to, for a Prometheus and a Grafana to read. Default /etc/gpuhosts/monitoring.")
     monitor_token_file: str | None = Field(None, description="Training node: the file a Prometheus reads the "

@@ -21,14 +21,18 @@ from gpuhosts.config import KIND_HELP, NAMESPACE, ContainerConfig, GpuConfig, Ho
 from gpuhosts.plan import load_stack, read_stack_file, stand_in_secrets
 from gpuhosts.render import PROJECT_ROOT
 from gpuhosts.services import ServiceConfig
-from gpuhosts.training import NodeConfig, TrainingConfig
+from gpuhosts.fleet import ENTRY_FIELD_HELP
+from gpuhosts.training import MultiNodeConfig, NodeConfig, TrainingConfig
 
 KINDS = {
     "proxmox": [("host", HostConfig, False), ("nvidia", NvidiaConfig, False), ("gpus[]", GpuConfig, True),
                 ("containers[]", ContainerConfig, True), ("services[]", ServiceConfig, True),
                 ("benchmarks[]", BenchmarkConfig, True), ("monitoring", MonitoringSpec, False)],
-    "trainer": [("node", NodeConfig, False), ("training", TrainingConfig, False), ("monitoring", MonitoringSpec, False)],
+    "trainer": [("node", NodeConfig, False), ("training", TrainingConfig, False), ("multiNode", MultiNodeConfig, False),
+                ("monitoring", MonitoringSpec, False)],
 }
+# A stack of several hosts: each entry of gpuhosts:hosts holds what a one-host stack spreads over its sections.
+HOST_ENTRY_SECTIONS = ("nvidia", "gpus[]", "containers[]", "services[]", "benchmarks[]")
 SECRETS = {
     "proxmox": [("sshPrivateKey", "secret: the SSH private key"),
                 ("hfToken", "secret: Hugging Face token for gated repositories"),
@@ -121,9 +125,30 @@ def table(kind: str) -> str:
         for key, default, meaning in _rows(model):
             lines.append(f"| {f'`{NAMESPACE}:{section}`' if first else ''} | `{key}` | {default} | {meaning} |")
             first = False
+    if kind == "proxmox":
+        lines += hosts_rows()
     for key, meaning in SECRETS[kind]:
         lines.append(f"| `{NAMESPACE}:{key}` | | — | {meaning} |")
     return "\n".join(lines)
+
+
+def hosts_rows() -> list[str]:
+    """`gpuhosts:hosts[]`, instead of `host` and the host's sections: each entry is one host, its fields and its
+    sections those of a one-host stack, with the fleet's own fields beside them."""
+    lines = [f"| `{NAMESPACE}:hosts` | `[]` | none | Several hosts in one stack, instead of `{NAMESPACE}:host` and its "
+             "sections: each entry is one host |",
+             f"| | `[].<field>` | — | every field of `{NAMESPACE}:host` (name, ssh, bootloader, …), for this host |"]
+    for name, help_text in ENTRY_FIELD_HELP.items():
+        lines.append(f"| | `[].{name}` | {_cell(_help_default(help_text))} | {_cell(help_text)} |")
+    for section in HOST_ENTRY_SECTIONS:
+        key = section.removesuffix("[]")
+        lines.append(f"| | `[].{section}` | — | as `{NAMESPACE}:{key}`, for this host |")
+    return lines
+
+
+def _help_default(text: str) -> str:
+    found = DERIVED.search(text)
+    return found["what"].strip() if found else "none"
 
 
 def markers(kind: str) -> tuple[str, str]:

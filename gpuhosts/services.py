@@ -114,7 +114,7 @@ class ModelSpec(_Model):
         False, description="Delete the downloaded weights on `pulumi destroy`. Default false: weights are kept."
     )
     size_gb: float | None = Field(
-        None, gt=0, description="Size on disk, for a training node's pre-flight disk check; default from the model table."
+        None, gt=0, description="Size on disk: what a pre-flight disk check counts before the download; default from the model table."
     )
 
     @field_validator("repo")
@@ -279,8 +279,10 @@ class ServiceConfig(_Model):
     name: str = Field(description="Service name: the unit is gpuhosts-<name>.service inside the container.")
     container: int = Field(description="vmid of the container the service runs in.")
     enabled: bool = Field(True, description="Run the service (enabled and started). Default true; false installs it stopped.")
-    engine: EngineSpec
-    model: ModelSpec
+    engine: EngineSpec = Field(description="The engine and its release: its driver's name (gpuhosts/engines: sglang, "
+                               "vllm), the version, and optionally a git build of it.")
+    model: ModelSpec = Field(description="The model served: its Hugging Face repo and revision, and the folder in the "
+                             "container it is downloaded to.")
     served_model_name: str | None = Field(None, description="Name clients send as `model`; default the repo's name.")
     weights_on: WeightsOn = Field(
         WeightsOn.CONTAINER, description="`container` (default): weights in the container's own disk; `host`: on host "

@@ -142,3 +142,18 @@ def test_the_docs_describe_the_kinds_of_units_in_the_order_the_plan_applies_them
         described = [kind for head in heads for kind in re.findall(r"\*\*(\w+)\*\*", head) if kind in kinds]
         assert described == [kind for kind in kinds if kind in described], (stack, described, kinds)
         assert set(described) == set(kinds), (stack, set(kinds) - set(described))
+
+
+def test_the_reference_has_every_section_of_both_kinds_and_a_meaning_for_every_key():
+    from gpuhosts.config import SECTIONS
+    from gpuhosts.fleet import FLEET_SECTIONS
+    from gpuhosts.schema_doc import KINDS, _rows, table
+    from gpuhosts.training import TRAINER_SECTIONS
+
+    for kind, sections in (("proxmox", SECTIONS + FLEET_SECTIONS), ("trainer", TRAINER_SECTIONS)):
+        text = table(kind)
+        missing = [s for s in sections if f"`gpuhosts:{s}`" not in text]
+        assert missing == [], (kind, missing)
+        for section, model, _ in KINDS[kind]:
+            empty = [key for key, _default, meaning in _rows(model) if not meaning.strip()]
+            assert empty == [], (kind, section, empty)
