@@ -157,3 +157,13 @@ def test_the_reference_has_every_section_of_both_kinds_and_a_meaning_for_every_k
         for section, model, _ in KINDS[kind]:
             empty = [key for key, _default, meaning in _rows(model) if not meaning.strip()]
             assert empty == [], (kind, section, empty)
+
+
+def test_the_readme_names_the_packages_make_installs():
+    import re
+
+    makefile = (PROJECT / "Makefile").read_text()
+    install = re.search(r"apt-get install -y -qq ([^;]+);", makefile)
+    packages = install[1].replace("\\", " ").split()
+    readme = (PROJECT / "README.md").read_text().split("<!-- apt packages", 1)[1].split("with apt-get", 1)[0]
+    assert re.findall(r"`([\w.+-]+)`", readme) == packages
