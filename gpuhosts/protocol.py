@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 RESULT_PREFIX = "GPUHOSTS_RESULT "
+# A teardown that leaves the host as it is says why on a line of its own (templates/common/run.sh.j2).
+SKIPPED_PREFIX = "GPUHOSTS_SKIPPED "
 FACTS_PREFIX = "GPUHOSTS_FACTS "
 # Printed before a script blocks on a host-side lock another unit holds; counted, never parsed for meaning.
 LOCK_WAIT_PREFIX = "GPUHOSTS_LOCK_WAIT "
@@ -69,6 +71,11 @@ def parse_facts(stdout: str) -> dict[str, Any]:
     if not isinstance(facts, dict):
         raise ProtocolError(f"the facts line is not a JSON object: {text[:200]!r}")
     return facts
+
+
+def skipped(stdout: str) -> list[str]:
+    """Why an operation left the host as it is, one reason a line; empty when it did its work."""
+    return [line[len(SKIPPED_PREFIX):] for line in stdout.splitlines() if line.startswith(SKIPPED_PREFIX)]
 
 
 def lock_waits(stdout: str) -> int:

@@ -220,6 +220,11 @@ class HostUnitProvider(ResourceProvider):
             raise UnitFailed(f"{props['unit']}: {operation}: {error}\n"
                              f"{protocol.tail(completed.stdout + completed.stderr)}") from None
         _log(f"gpuhosts-unit: {props['unit']} {operation} changed={str(result.changed).lower()}")
+        for reason in protocol.skipped(completed.stdout):
+            # The operator's channel: under the engine a line on stderr is a diagnostic of the run, shown by
+            # `pulumi destroy` (and `up`, which deletes what a rename or --replace left behind).
+            sys.stderr.write(f"gpuhosts: {props['unit']}: {operation} skipped: {reason}\n")
+            sys.stderr.flush()
         reboot = result.report.get("awaitReboot")
         if reboot:
             self._await_reboot(props, reboot.get("bootId", ""))

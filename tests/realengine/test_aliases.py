@@ -69,3 +69,23 @@ def test_a_flat_stack_moves_into_the_tree_and_then_into_a_list_of_hosts_without_
     assert set(renamed) == {f"kpro5/{name}" for name in tree}, sorted(renamed)
     assert entries(bed.tree) == converged
     assert stack.preview().changed() == {}
+
+
+def test_a_replaced_unit_leaves_the_host_as_it_is_and_says_why(project, tmp_path):
+    """`pulumi up --replace` creates the new resource first and deletes the old one last: the old one's teardown
+    finds the unit owned by the new one, leaves the host as it is, and the run says so."""
+    bed = Bed.seed(tmp_path / "host")
+    try:
+        stack = Stack(project, "replace", "kpro5", bed.values(), bed.secrets())
+        stack.up()
+        converged = entries(bed.tree)
+        up = stack.up("--replace", stack.urn("node-exporter"))
+        assert up.changed() == {"node-exporter": "replace"} or set(up.changed().values()) <= {
+            "create-replacement", "replace", "delete-replaced"}, up.changed()
+        assert ("node-exporter", "teardown") in up.host_operations and ("node-exporter", "ensure") in up.host_operations
+        said = [m for m in up.diagnostics() if "node-exporter: teardown skipped:" in m]
+        assert len(said) == 1 and "owns this unit now (renamed or replaced)" in said[0], up.diagnostics()
+        assert entries(bed.tree) == converged
+        assert stack.preview().changed() == {}
+    finally:
+        bed.close()
