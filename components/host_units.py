@@ -113,6 +113,15 @@ def materialize(graph: UnitGraph, root: pulumi.Resource, module: str, target: di
             digest = pulumi.Output.secret(secrets[unit.stdin_secret]).apply(
                 lambda value, key=unit.key: secret_digest(key, value))
         aliases = [pulumi.Alias(type_=FLAT_UNIT_TYPE, parent=root)]
+        for kind, group in unit.formerly:
+            former: dict[str, Any] = {}
+            if kind is not None:
+                former["type_"] = f"pulumi-python:dynamic/gpuhosts:{kind}"
+            if group is not None:
+                if group and group not in groups:
+                    continue  # the group it stood in is gone from the program: no resource of the stack is there
+                former["parent"] = groups[group] if group else root
+            aliases.append(pulumi.Alias(**former))
         if prefix and adopt_one_host:
             aliases = [pulumi.Alias(name=unit.key), pulumi.Alias(name=unit.key, type_=FLAT_UNIT_TYPE, parent=root)]
         resources[unit.key] = unit_type(unit.kind)(

@@ -5,9 +5,29 @@ from __future__ import annotations
 import pulumi
 
 from components.host_units import materialize, target_of
-from gpuhosts.config import StackConfig
+from gpuhosts.config import GpuConfig, StackConfig
 from gpuhosts.plans.container_services import benchmark_at, service_at
 from gpuhosts.plans.proxmox_host import plan_host
+
+
+class Gpu(pulumi.ComponentResource):
+    """One GPU of the host, where `pulumi preview` shows the hardware: its address, its model, and where it goes.
+    An entry of the state alone: the units that bind it (vfio-binding, the driver, the container's passthrough)
+    act on it."""
+
+    address: pulumi.Output[str]
+    model: pulumi.Output[str]
+    use: pulumi.Output[str]         # vfio, host or container
+    goesTo: pulumi.Output[str]      # vfio-pci (for VMs), the host's nvidia driver, or CT <vmid>
+
+    def __init__(self, name: str, gpu: GpuConfig, opts: pulumi.ResourceOptions):
+        super().__init__("gpuhosts:host:Gpu", name, None, opts)
+        goes_to = {"vfio": "vfio-pci (for VMs)", "host": "the host's nvidia driver"}.get(
+            gpu.use.value, f"CT {gpu.container}")
+        outputs = {"address": gpu.address, "model": gpu.model, "use": gpu.use.value, "goesTo": goes_to}
+        for key, value in outputs.items():
+            setattr(self, key, pulumi.Output.from_input(value))
+        self.register_outputs(outputs)
 
 
 class ProxmoxHost(pulumi.ComponentResource):
@@ -18,6 +38,9 @@ class ProxmoxHost(pulumi.ComponentResource):
         name = config.host.name
         super().__init__("gpuhosts:host:ProxmoxHost", name, None, opts)
         graph = plan_host(config)
+        self.gpus = {gpu.address: Gpu(prefix + gpu.address, gpu, pulumi.ResourceOptions(
+            parent=self, aliases=[pulumi.Alias(name=gpu.address)] if prefix and adopt_one_host else []))
+            for gpu in config.gpus}
         self.units, self.groups = materialize(graph, self, "host", target_of(config.host.ssh), secrets or {},
                                               prefix, adopt_one_host)
         self.reboot_required = pulumi.Output.all(*(u.rebootRequired for u in self.units.values())).apply(

@@ -7,7 +7,7 @@ observed ones names the drifted unit and field, and `up` runs that unit's ensure
 engine (an empty DiffResult answers DIFF_UNKNOWN: sdk/python/lib/pulumi/dynamic/__main__.py `Diff`; the engine
 then compares old and new inputs: pkg/resource/deploy/step_generator.go `diffResource`).
 
-Inputs (`unit_inputs`): the target (no secret), the unit's key and kind, its ensure, teardown and probe scripts,
+Inputs (`unit_inputs`): the target (no secret), the unit's key (its kind is its resource's type), its ensure, teardown and probe scripts,
 the desired facts, and for a unit that receives a secret on stdin its name and a keyed digest (a rotation shows as
 a change; the value never enters inputs, outputs or state). Secrets come from the stack config through
 `configure()`, which the engine calls with every `namespace:key` decrypted (pkg/resource/deploy/target.go
@@ -54,7 +54,9 @@ from gpuhosts.ssh import (DIAL_ATTEMPTS, Completed, Connection, ConnectionDroppe
 NAMESPACE = "gpuhosts"
 SSH_KEY = f"{NAMESPACE}:sshPrivateKey"
 DIAL_ATTEMPTS_VARIABLE = "GPUHOSTS_SSH_DIAL_ATTEMPTS"
-INPUT_KEYS = ("host", "unit", "kind", "ensure", "teardown", "probe", "facts", "secret")
+# A unit's kind is its resource's type, not an input: a kind renamed by a release (with an alias to the old type)
+# must change no input, or the real engine would run the unit's ensure again.
+INPUT_KEYS = ("host", "unit", "ensure", "teardown", "probe", "facts", "secret")
 # The probe names an observation (a fact no plan can know) with this prefix; it becomes the output `observed`.
 OBSERVATION = "observed: "
 # What a refresh stores for a declared fact the probe did not print.
@@ -81,7 +83,7 @@ def unit_inputs(unit, target: dict[str, Any], secret_digest_value: Any = None) -
     if unit.stdin_secret is not None:
         secret = {"name": unit.stdin_secret, "digest": secret_digest_value}
     return {
-        "host": target, "unit": unit.key, "kind": unit.kind,
+        "host": target, "unit": unit.key,
         "ensure": unit.ensure, "teardown": unit.teardown, "probe": unit.probe,
         "facts": dict(unit.desired), "secret": secret,
         # Outputs the resource has once applied; declared so that the program can read them.
@@ -318,9 +320,9 @@ class HostUnitProvider(ResourceProvider):
     def _outputs(props: dict[str, Any], result: protocol.Result) -> dict[str, Any]:
         outs = {key: props.get(key) for key in INPUT_KEYS}
         report = result.report or None
-        if report is not None and props.get("kind") == "DeployGate":
-            # A gate's report is what `pulumi stack output` shows as the last pass (components/proxmox_host.py):
-            # when it was measured tells an operator how old it is.
+        if report is not None:
+            # A report is a measurement (a gate's, a benchmark's table): `pulumi stack output` shows the last one
+            # that passed (components/proxmox_host.py), and when it was taken tells an operator how old it is.
             report = {**report, "measuredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         outs.update(rebootRequired=result.reboot_required, report=report)
         return outs

@@ -46,7 +46,10 @@ def render_tree(stack_urn: str, resources: Iterable[Registered], rank: Mapping[s
 
     def first(urn: str) -> int:
         if urn not in ranks:
-            ranks[urn] = min([rank.get(nodes[urn][1], last), *(first(child) for child in children.get(urn, []))])
+            # A component with nothing under it describes hardware (a GPU): shown before what acts on it.
+            described = not children.get(urn) and not nodes[urn][0].startswith("pulumi-python:dynamic")
+            default = -1 if described and urn not in roots else last
+            ranks[urn] = min([rank.get(nodes[urn][1], default), *(first(child) for child in children.get(urn, []))])
         return ranks[urn]
 
     def ordered(urns: list[str]) -> list[str]:

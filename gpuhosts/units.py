@@ -79,6 +79,9 @@ class Unit:
     # declares facts (tests/test_unit_facts.py holds every unit of the committed stacks to it).
     no_facts_because: str = ""
     hub: HubFiles | None = None
+    # Where the unit's resource stood before a release of gpuhosts moved it: (its kind then or None for the same,
+    # its group then or None for the same), each an alias, so a converged stack keeps the resource.
+    formerly: tuple[tuple[str | None, GroupPath | None], ...] = ()
 
     def __post_init__(self) -> None:
         if not UNIT_KEY.match(self.key):

@@ -53,7 +53,7 @@ def test_kpro5_summary_binds_exactly_the_3090s_and_gives_ct129_the_a6000s(tmp_pa
 
     resources = json.loads((tmp_path / "kpro5" / "resources.json").read_text())
     graph = kpro5_graph()
-    assert {r["type"] for r in resources} == {"gpuhosts:host:ProxmoxHost"} | {
+    assert {r["type"] for r in resources} == {"gpuhosts:host:ProxmoxHost", "gpuhosts:host:Gpu"} | {
         f"gpuhosts:host:{path[-1][0]}" for path in graph.components()} | {
         f"pulumi-python:dynamic/gpuhosts:{unit.kind}" for unit in graph}
     assert all({"type", "name", "parent", "dependencies", "inputs", "aliases"} <= set(r) for r in resources)

@@ -21,7 +21,7 @@ UNITS = {
     # unit (the resource's name): (kind, the units it waits for)
     "vfio-binding": ("VfioBinding", []),
     "nvidia-driver": ("NvidiaDriver", ["vfio-binding"]),
-    "nvidia-uvm-at-boot": ("LxcGpuPassthrough", ["nvidia-driver"]),
+    "nvidia-uvm-at-boot": ("NvidiaDeviceNodes", ["nvidia-driver"]),
     "ct129-gpu-devices": ("LxcGpuPassthrough", ["nvidia-uvm-at-boot"]),
     "ct129-nvidia-userspace": ("ContainerUserspace", ["ct129-gpu-devices"]),
     # Environments and downloads wait only for the container's last restart, not for its NVIDIA user space.
@@ -83,11 +83,21 @@ def assert_tree(run, graph, root, module: str) -> None:
         resource = units[unit.key]
         assert resource.type == f"pulumi-python:dynamic/gpuhosts:{unit.kind}", resource.urn
         assert groups_above(run, resource) == list(unit.group), resource.urn
-    components = [r for r in run.resources if not is_host_unit(r.type) and r is not root]
+    components = [r for r in run.resources if not is_host_unit(r.type) and r is not root and r.type != GPU]
     assert sorted((r.type, r.name) for r in components) == sorted(
         (f"gpuhosts:{module}:{path[-1][0]}", path[-1][1]) for path in graph.components())
     assert all(groups_above(run, r) + [(r.type.rsplit(":", 1)[-1], r.name)] in [list(p) for p in graph.components()]
                for r in components)
+
+
+GPU = "gpuhosts:host:Gpu"
+
+
+def test_each_gpu_is_a_resource_under_its_host_saying_where_it_goes(run):
+    host = by_name(run, "kpro5", "gpuhosts:host:ProxmoxHost")
+    gpus = {r.name: r for r in run.resources if r.type == GPU}
+    assert sorted(gpus) == ["0000:01:00.0", "0000:21:00.0", "0000:41:00.0", "0000:61:00.0"]
+    assert all(r.parent == host.urn for r in gpus.values())
 
 
 def test_one_component_per_host_and_every_unit_in_the_tree_the_plan_declares(run):
@@ -97,8 +107,13 @@ def test_one_component_per_host_and_every_unit_in_the_tree_the_plan_declares(run
     assert_tree(run, graph, host, "host")
     # A service holds its environment, engine and gate and the weights only it reads; shared weights stay with the
     # container, the host's own units with the host.
-    assert groups_above(run, host_units(run)["ct129-model-qwen3-6-27b-dflash"]) == [
-        ("LxcContainer", "ct129"), ("InferenceServiceStack", "qwen-vllm-dflash")]
+    # The drafter the vLLM service and the bake-off's DDTree reference both read is the container's; a stack
+    # converged when it was the service's keeps it through an alias to that parent.
+    drafter = host_units(run)["ct129-model-qwen3-6-27b-dflash"]
+    assert groups_above(run, drafter) == [("LxcContainer", "ct129")]
+    service = by_name(run, "qwen-vllm-dflash", "gpuhosts:host:InferenceServiceStack")
+    assert f"{service.urn.rsplit('::', 1)[0]}$pulumi-python:dynamic/gpuhosts:ModelDownload::" \
+           f"ct129-model-qwen3-6-27b-dflash" in drafter.aliases, drafter.aliases
     assert groups_above(run, host_units(run)["ct129-model-qwen3-6-27b"]) == [("LxcContainer", "ct129")]
     assert groups_above(run, host_units(run)["vfio-binding"]) == []
     assert host_units(run)["vfio-binding"].type == "pulumi-python:dynamic/gpuhosts:VfioBinding"
@@ -106,8 +121,16 @@ def test_one_component_per_host_and_every_unit_in_the_tree_the_plan_declares(run
 
 def test_every_unit_carries_an_alias_to_the_urn_it_had_directly_under_the_host(run):
     for name, resource in host_units(run).items():
-        assert resource.aliases == [
-            f"urn:pulumi:kpro5::gpuhosts::gpuhosts:host:ProxmoxHost$pulumi-python:dynamic:Resource::{name}"], name
+        assert resource.aliases[0] == (
+            f"urn:pulumi:kpro5::gpuhosts::gpuhosts:host:ProxmoxHost$pulumi-python:dynamic:Resource::{name}"), name
+    # and the units a release moved, one alias more each: where they stood before it
+    assert {name: r.aliases[1:] for name, r in host_units(run).items() if r.aliases[1:]} == {
+        "nvidia-uvm-at-boot": ["urn:pulumi:kpro5::gpuhosts::gpuhosts:host:ProxmoxHost$"
+                               "pulumi-python:dynamic/gpuhosts:LxcGpuPassthrough::nvidia-uvm-at-boot"],
+        "ct129-model-qwen3-6-27b-dflash": ["urn:pulumi:kpro5::gpuhosts::gpuhosts:host:ProxmoxHost$"
+                                           "gpuhosts:host:LxcContainer$gpuhosts:host:InferenceServiceStack$"
+                                           "pulumi-python:dynamic/gpuhosts:ModelDownload::"
+                                           "ct129-model-qwen3-6-27b-dflash"]}
     assert all(r.aliases == [] for r in run.resources if not is_host_unit(r.type))
 
 
@@ -136,7 +159,9 @@ def test_units_their_kinds_and_what_each_waits_for(run):
     graph = plan_host(validate_stack(kpro5_values(benchmarks=True), KPRO5_SECRETS))
     assert sorted(units) == sorted(graph.units)
     for name, unit in units.items():
-        assert (unit.inputs["unit"], unit.inputs["kind"]) == (name, graph[name].kind), unit.urn
+        assert (unit.inputs["unit"], unit.type) == (name, f"pulumi-python:dynamic/gpuhosts:{graph[name].kind}"), \
+            unit.urn
+        assert "kind" not in unit.inputs, "a kind is the resource's type; as an input a renamed kind would update"
         assert unit.dependencies == sorted(units[w].urn for w in graph[name].needs), unit.urn
     for name, (kind, waits) in UNITS.items():
         assert (graph[name].kind, sorted(graph[name].needs)) == (kind, sorted(waits)), name
@@ -190,7 +215,7 @@ def test_allow_reboot_adds_one_reboot_unit_between_the_host_units_and_the_contai
     values["host"]["allowReboot"] = True
     units = host_units(run_program(PROJECT, "kpro5", values, KPRO5_SECRETS))
     reboot = units["reboot"]
-    assert reboot.inputs["kind"] == "HostReboot"
+    assert reboot.type == "pulumi-python:dynamic/gpuhosts:HostReboot"
     graph = plan_host(validate_stack(values, KPRO5_SECRETS))
     assert reboot.dependencies == sorted(units[need].urn for need in graph["reboot"].needs)
     assert {units["vfio-binding"].urn, units["nvidia-driver"].urn} <= set(reboot.dependencies)

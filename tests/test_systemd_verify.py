@@ -50,7 +50,7 @@ def host_units(*kinds: str) -> dict[str, str]:
 
 def host_boot_units() -> dict[str, str]:
     """The units that must be in place before the guests start: the driver's and the containers' device nodes."""
-    return host_units("NvidiaDriver", "LxcGpuPassthrough")
+    return host_units("NvidiaDriver", "NvidiaDeviceNodes", "LxcGpuPassthrough")
 
 
 def programs(text: str) -> set[str]:

@@ -71,7 +71,7 @@ def test_every_file_a_unit_installs_is_a_fact_by_its_digest(unit: Unit):
 
 def test_the_plans_cover_every_kind_of_unit():
     kinds = {unit.kind for units in UNITS.values() for unit in units}
-    assert kinds >= {"VfioBinding", "NvidiaDriver", "HostReboot", "LxcGpuPassthrough", "ContainerUserspace",
+    assert kinds >= {"VfioBinding", "NvidiaDriver", "HostReboot", "LxcGpuPassthrough", "NvidiaDeviceNodes", "ContainerUserspace",
                      "ModelStore", "PythonEnv", "ModelDownload", "DDTreeCheckout", "InferenceService", "DeployGate",
                      "Benchmark", "Preflight", "DrafterConvert", "HiddenStateServer", "HiddenStateCheck",
                      "TrainingJob", "TrainingMonitor"}, sorted(kinds)

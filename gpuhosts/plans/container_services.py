@@ -125,8 +125,10 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
             known.add(drafter.path)
     download_of: dict[str, str] = {}
     for download in planned:
+        group = download_at(vmid, download, services, config.benchmarks_in(vmid))
+        before = _reader_group(vmid, download, services, config.benchmarks_in(vmid))
         unit = replace(plan_model_download(vmid, download, () if download.host_path else (last_restart,)),
-                       group=download_at(vmid, download, services, config.benchmarks_in(vmid)))
+                       group=group, formerly=((None, before),) if before != group else ())
         units.append(unit)
         download_of[download.spec.path] = unit.key
         for name in download.services:
@@ -167,7 +169,18 @@ def plan_container_services(config: StackConfig, container: ContainerConfig) -> 
 
 def download_at(vmid: int, download: Download, services: list[ServiceConfig],
                 benchmarks: list[BenchmarkConfig]) -> GroupPath:
-    """A download read by one service or one benchmark alone belongs to it; a shared one to the container."""
+    """A download read by one service or one benchmark alone belongs to it; one that a service and a benchmark's
+    reference both read, or several services, to the container."""
+    readers = set(download.services) | {f"bench:{b.name}" for b in benchmarks if b.ddtree is not None
+                                        and b.ddtree.drafter is not None and b.ddtree.drafter.path == download.spec.path}
+    if len(readers) > 1:
+        return container_at(vmid)
+    return _reader_group(vmid, download, services, benchmarks)
+
+
+def _reader_group(vmid: int, download: Download, services: list[ServiceConfig],
+                  benchmarks: list[BenchmarkConfig]) -> GroupPath:
+    """Where a download stood while only the services that download it counted as its readers."""
     if len(download.services) == 1:
         (reader,) = download.services
         if reader.startswith("bench:"):

@@ -31,7 +31,10 @@ def plan_uvm_at_boot(config: StackConfig, needs: tuple[str, ...]) -> Unit:
              *(Fact(f"node of GPU {address}", f"gpu_node {shlex.quote(address)}", "present") for address in gpus)]
     return Unit(
         key=UVM_AT_BOOT,
-        kind="LxcGpuPassthrough",
+        # The host's boot-time device nodes, a kind of their own beside a container's passthrough; a stack
+        # converged when both were LxcGpuPassthrough keeps the resource.
+        kind="NvidiaDeviceNodes",
+        formerly=(("LxcGpuPassthrough", None),),
         ensure=render("lxc_gpu_passthrough/uvm-ensure.sh.j2", **values),
         teardown=render("lxc_gpu_passthrough/uvm-teardown.sh.j2", **values),
         probe=render_probe(UVM_AT_BOOT, facts, prelude=render("lxc_gpu_passthrough/nodes-probe-helpers.sh.j2")),

@@ -6,6 +6,7 @@ carry aliases to these URNs). Copied over a project copy's __main__.py; it runs 
 
 from __future__ import annotations
 
+import importlib
 import runpy
 from pathlib import Path
 
@@ -35,5 +36,5 @@ def flat(graph, root, module, target, secrets, prefix="", adopt_one_host=False):
 
 host_units.materialize = flat
 for module in ("components.proxmox_host", "components.training_node"):
-    __import__(module).materialize = flat
+    importlib.import_module(module).materialize = flat
 runpy.run_path(str(Path(__file__).with_name("today.py")), run_name="__main__")

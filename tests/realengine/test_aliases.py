@@ -89,3 +89,32 @@ def test_a_replaced_unit_leaves_the_host_as_it_is_and_says_why(project, tmp_path
         assert stack.preview().changed() == {}
     finally:
         bed.close()
+
+
+def test_units_a_release_moved_keep_their_resources(project, sglang, tmp_path):
+    """The boot-time device nodes became a kind of their own (the move of a download the bake-off's reference
+    shares is the same alias, held by tests/test_program.py): a stack converged before keeps every unit, nothing
+    runs on the host."""
+    from sshhost import free_port
+
+    bed = Bed.seed(tmp_path / "host")
+    program = project.root / "__main__.py"
+    try:
+        values = bed.services_values(sglang.port, free_port())
+        shutil.copy(program, project.root / "today.py")
+        shutil.copy(Path(__file__).with_name("former_program.py"), program)
+        try:
+            stack = Stack(project, "moved", "kpro5", values, bed.secrets())
+            stack.up()
+            before = unit_types(stack)
+        finally:
+            shutil.move(project.root / "today.py", program)
+        converged = entries(bed.tree)
+        assert before["nvidia-uvm-at-boot"].endswith(":LxcGpuPassthrough")
+        up = stack.up()
+        assert up.host_operations == [] and not [op for op in up.changed().values() if op != "same"], up.changed()
+        after = unit_types(stack)
+        assert set(after) == set(before) and after["nvidia-uvm-at-boot"].endswith(":NvidiaDeviceNodes")
+        assert entries(bed.tree) == converged
+    finally:
+        bed.close()

@@ -53,6 +53,11 @@ def test_kpro5_preview_up_again_refresh_and_destroy(project, sglang, tmp_path, f
         for address in A6000:
             assert bed.driver(address) == "nvidia", address
         converged = entries(bed.tree)
+        gpus = {name: entry["outputs"] for name, entry in stack.resources().items()
+                if entry["type"] == "gpuhosts:host:Gpu"}
+        assert {name: o["goesTo"] for name, o in gpus.items()} == {
+            "0000:01:00.0": "vfio-pci (for VMs)", "0000:21:00.0": "vfio-pci (for VMs)", "0000:41:00.0": "CT 129",
+            "0000:61:00.0": "CT 129"}, gpus
 
         again = stack.up()
         assert again.changed() == {} and again.host_operations == [], (again.changed(), again.host_operations)
