@@ -72,7 +72,7 @@ def test_up_measures_once_gpuhosts_bench_again_and_a_run_id_once_more(bed, tmp_p
 
     unknown = subprocess.run([*argv[:5], "nope", *argv[6:]], capture_output=True, text=True, cwd=PROJECT,
                              env=environment, timeout=120)
-    assert unknown.returncode == 1
+    assert unknown.returncode == 2  # input refused (gpuhosts/exit_codes.py)
     assert "'nope' is not a benchmark of this stack (declared: spec-bakeoff)" in unknown.stderr
 
     assert ops_of(bed.up(bench_values(bed, ports, run_id="again-1")), BENCH) == ["update"]
