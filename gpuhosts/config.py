@@ -168,6 +168,15 @@ class NvidiaConfig(_Model):
             )
         return text
 
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        # What the driver unit's download takes (curl over TLS, or a copy on the host); the sha256 pins the content.
+        if value is not None and not value.startswith(("https://", "file:///")):
+            raise ValueError(f"{value!r} is neither an https:// URL nor a file:/// path: write the https:// address "
+                             "of the .run (or file:///PATH for a copy on the host), or leave url out for NVIDIA's")
+        return value
+
     @field_validator("sha256")
     @classmethod
     def _sha(cls, value: str) -> str:

@@ -123,6 +123,10 @@ def host_address(value: str) -> str:
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
+        if re.fullmatch(r"[0-9.]+", value):
+            # All-numeric labels are no DNS name (a top-level domain is never all digits, RFC 3696 section 2).
+            raise ValueError(f"{value!r} is not an IP address: write four numbers of 0 to 255, e.g. 10.20.0.15") \
+                from None
         if DNS_NAME.match(value):
             return value
         user, at, host = value.rpartition("@")

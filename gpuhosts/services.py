@@ -299,7 +299,8 @@ class ServiceConfig(_Model):
         None, gt=0, lt=1, description="GPU memory share for weights and KV cache (SGLang --mem-fraction-static, vLLM "
                                       "--gpu-memory-utilization); default the engine's."
     )
-    reasoning_parser: str | None = Field(None, description="Reasoning parser (`qwen3`); default none.")
+    reasoning_parser: str | None = Field(None, pattern=r"^[a-z0-9_]{1,40}$",
+                                         description="Reasoning parser (`qwen3`); default none.")
     tool_call_parser: str | None = Field(
         None, pattern=r"^[a-z0-9_]{1,40}$",
         description="Tool-call parser of the engine (`qwen3_coder` for Qwen3.6; vLLM also gets "
@@ -353,7 +354,8 @@ class ServiceConfig(_Model):
             if not ENV_NAME.match(key):
                 raise ValueError(f"{key!r} is not an environment variable name")
             if any(word in key for word in ("TOKEN", "API_KEY", "SECRET", "PASSWORD")):
-                raise ValueError(f"{key} looks like a secret; secrets come from secret stack keys, never from plain config")
+                raise ValueError(f"{key} looks like a secret; remove it: secrets come from secret stack keys "
+                                 "(`pulumi config set --secret gpuhosts:NAME`), never from plain config")
         return value
 
     @field_validator("extra_args")
@@ -460,7 +462,7 @@ def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackCon
                                f"container: {instance.container}")
                     add(index, f"{where}gpus[{position}]", why)
             if len(set(instance.gpus)) != len(instance.gpus):
-                add(index, f"{where}gpus", "lists a GPU twice")
+                add(index, f"{where}gpus", "lists a GPU twice; list each GPU once")
             for position, address in enumerate(dict.fromkeys(instance.gpus)):
                 if address in taken and taken[address] != instance.replica:
                     add(index, f"{where}gpus[{position}]", f"{address} is already replicas[{taken[address]}]'s; "

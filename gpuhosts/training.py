@@ -581,12 +581,14 @@ def _training_problems(node: NodeConfig, training: TrainingConfig, secret_keys: 
     for field, gpus in (("training.server.gpus", server), ("training.trainingGpus", train)):
         beyond = [g for g in gpus if g >= node.gpus.count or g < 0]
         if beyond:
-            add(field, f"GPU(s) {beyond} do not exist on a node of {node.gpus.count} GPUs (0-{node.gpus.count - 1})")
+            add(field, f"GPU(s) {beyond} do not exist on a node of {node.gpus.count} GPUs: use GPUs 0-"
+                f"{node.gpus.count - 1}")
         if len(set(gpus)) != len(gpus):
-            add(field, "lists a GPU twice")
+            add(field, "lists a GPU twice; list each GPU once")
     shared = sorted(set(server) & set(train))
     if shared:
-        add("training.trainingGpus", f"GPU(s) {shared} are also the server's; the server and training need their own GPUs")
+        add("training.trainingGpus", f"GPU(s) {shared} are also the server's; give training GPUs of its own, apart "
+            "from server.gpus")
     parallel = training.server.tensor_parallel_size * training.server.data_parallel_size
     if parallel != len(server):
         add("training.server.tensorParallelSize", f"tensor × data parallel = {parallel}, but the server has "
@@ -622,7 +624,8 @@ def _training_problems(node: NodeConfig, training: TrainingConfig, secret_keys: 
     problems += length_problems(training)
     if training.server.max_model_len < training.hyper.max_seq_len:
         add("training.server.maxModelLen", f"{training.server.max_model_len} is shorter than hyper.maxSeqLen "
-            f"{training.hyper.max_seq_len}; the server could not extract a whole sample")
+            f"{training.hyper.max_seq_len}; the server could not extract a whole sample: raise it to "
+            f"{training.hyper.max_seq_len} or more")
     return problems
 
 

@@ -121,7 +121,7 @@ def with_store(values: dict) -> None:
 STACK_BAD = [
     # What an engine serves at all is its driver's: checked with the stack, where the drivers are known.
     ("unknown engine", lambda v: stack_entry(v)["engine"].update(name="tgi"), "gpuhosts:services[0].engine.name",
-     "no driver for engine 'tgi'; known: sglang, vllm"),
+     "no driver for engine 'tgi'; use one of: sglang, vllm"),
     ("dflash on sglang", lambda v: stack_entry(v, 1)["engine"].update(name="sglang", version="0.5.11"),
      "gpuhosts:services[1].speculative.method", "dflash is not served by sglang; use engine vllm"),
     ("an SGLang setting for vllm", lambda v: stack_entry(v, 1).update(mambaSchedulerStrategy="extra_buffer"),

@@ -33,7 +33,7 @@ def service_problems(service: ServiceConfig) -> list[tuple[str, str]]:
     driver does not serve (naming the engines that do)."""
     name = service.engine.name
     if name not in DRIVERS:
-        return [("engine.name", f"no driver for engine {name!r}; known: {', '.join(sorted(DRIVERS))}")]
+        return [("engine.name", f"no driver for engine {name!r}; use one of: {', '.join(sorted(DRIVERS))}")]
     driver, found = DRIVERS[name], []
     method = service.speculative.method
     if method is not SpecMethod.NONE and method not in driver.methods:
