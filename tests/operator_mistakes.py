@@ -5,7 +5,14 @@ share. Each row is a slip a person makes: a typo, a unit, a quoted number, a val
 
 from __future__ import annotations
 
-DELETE = object()
+class _Delete:
+    """The value of a row that removes its key; its name is stable, as pytest-xdist's workers must agree on ids."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()
 K, T = "kpro5", "trainer"
 S0, S1 = ("services", 0), ("services", 1)
 TR = ("training",)
