@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuhosts.check import EXIT_DRIFT
 from lifecycle.drifts import DRIFTS, Drift, deep_check
 from realengine import CliFailed, Stack
 from realengine.hosts import entries
@@ -98,7 +99,7 @@ def check_drift(converged: Converged, drift: Drift, outcomes: dict[str, str]) ->
         assert stack.preview().changed() == {}, "the refresh's samples were meant to miss this"
         code, report = deep_check(host, converged.values)
         drifted = {u["unit"]: [d["field"] for d in u["drift"]] for u in report["units"] if u["status"] == "drifted"}
-        assert code == 2 and drifted == {unit: [field] for unit, field in drift.deep.items()}, report
+        assert code == EXIT_DRIFT and drifted == {unit: [field] for unit, field in drift.deep.items()}, report
         drift.fix(host)
     preview = stack.preview()
     changed = preview.changed()
