@@ -154,7 +154,7 @@ func pythonOptions(info *pulumirpc.ProgramInfo) (toolchain.PythonOptions, error)
 // GetRequiredPackages makes sure the virtual environment exists, as main.go:326-349 does. It reports no package:
 // Pulumi's host lists the installed packages that ship a pulumi-plugin.json (a provider SDK) so the CLI can
 // install their plugins, and gpuhosts' locked environment holds none (its resources are dynamic, served by the
-// bundled pulumi-resource-pulumi-python); tests/test_pulumi_cli.py holds the environment to that.
+// bundled pulumi-resource-pulumi-python); tests/test_language_host.py holds the environment to that.
 func (h *languageHost) GetRequiredPackages(
 	ctx context.Context, req *pulumirpc.GetRequiredPackagesRequest,
 ) (*pulumirpc.GetRequiredPackagesResponse, error) {
