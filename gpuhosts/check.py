@@ -40,12 +40,13 @@ from typing import Any, Callable
 
 from gpuhosts import exit_codes
 from gpuhosts.config import ConfigError, StackKind, stack_kind
+from gpuhosts.facts import deep_content_fact, desired as desired_of, render_probe
 from gpuhosts.plan import PlanError, read_stack_file, stand_in_secrets
 from gpuhosts.plans.model_download import deep_probe
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.provider import UnitFailed, probe, refreshed_facts, unit_inputs
-from gpuhosts.render import PROJECT_ROOT, TemplateError
+from gpuhosts.render import PROJECT_ROOT, TemplateError, render
 from gpuhosts.ssh import DIAL_ATTEMPTS, Connection, ConnectionDropped, SshError, Target, Unreachable, load_private_key
 from gpuhosts.stacks import require_locks, validate_stack, validate_trainer_stack
 
@@ -132,7 +133,11 @@ def text_report(stack: str, host: str, target: Target, checks: list[UnitCheck]) 
         else:
             lines.append(f"  {check.unit}: in sync")
         lines += [f"      observed {name}: {_shown(value)}" for name, value in check.observations.items()]
-        if check.deep:
+        if check.deep and check.deep.get("directories"):
+            lines.append(f"      deep: every recorded file of {', '.join(check.deep['directories'])} read whole in "
+                         f"{check.deep['seconds']:.2f} s")
+            lines += [f"      fix: {fix}" for fix in check.deep.get("fixes", [])]
+        elif check.deep:
             lines.append(f"      deep: {check.deep['files']} file(s) of {check.deep['repo']}@{check.deep['revision']} "
                          f"read whole, {check.deep['bytes']} bytes in {check.deep['seconds']:.2f} s")
             lines += [f"      fix: {fix}" for fix in check.deep.get("fixes", [])]
@@ -285,6 +290,29 @@ def deep_check(connection: Connection, unit, target: dict[str, Any], listing: li
     return check
 
 
+def deep_content_check(connection: Connection, unit, target: dict[str, Any], check: UnitCheck,
+                       log=lambda line: None) -> UnitCheck:
+    """The directories a unit recorded as it wrote them (staged data set shards, tokenized data, a converted
+    checkpoint), every file read whole against its recorded sha256, the drift added to the unit's check."""
+    facts = [deep_content_fact(directory) for directory in unit.content]
+    script = render_probe(unit.key, facts, prelude=render("common/content.sh.j2"), vmid=unit.container)
+    props = {**unit_inputs(unit, target), "probe": script, "facts": desired_of(facts)}
+    started = time.monotonic()
+    observed = probe(connection, props)
+    seconds = time.monotonic() - started
+    drift, _ = compare(desired_of(facts), observed)
+    log(f"deep-check: {unit.key} directories={len(facts)} seconds={seconds:.2f}")
+    # a file gone is written again by the unit's ensure: the staging fetches it, the others redo their step
+    fixes = [f"remove what {d.observed!r} names under {d.field.split(' of the content of ', 1)[1]}, then pulumi up "
+             "(the unit writes it again)" for d in drift if d.observed not in ("missing", "no record")]
+    check.drift += drift
+    check.deep = {"repo": None, "revision": None, "files": len(facts), "bytes": None, "seconds": round(seconds, 2),
+                  "fixes": fixes, "directories": list(unit.content)}
+    if drift and check.status == IN_SYNC:
+        check.status = DRIFTED
+    return check
+
+
 # --- the command ------------------------------------------------------------------------------------------------------
 def add_subparser(commands) -> argparse.ArgumentParser:
     parser = commands.add_parser("check", help="run every unit's probe on the live host and report drift",
@@ -297,7 +325,9 @@ def add_subparser(commands) -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument("--deep", action="store_true",
                         help="also read each download whole and compare every file with the Hub's listing "
-                             f"(${HUB_ENDPOINT_VARIABLE}, default {HUB_ENDPOINT}); reads all the weights")
+                             f"(${HUB_ENDPOINT_VARIABLE}, default {HUB_ENDPOINT}), and every file a unit recorded "
+                             "as it wrote it (data set shards, tokenized data, a converted checkpoint) against its "
+                             "recorded sha256; reads all the weights and data")
     parser.add_argument("--dial-attempts", type=int, default=DIAL_ATTEMPTS, metavar="N",
                         help=f"dials cut on the way (a timeout, a reset) before the host counts as unreachable; "
                              f"a refused one is not retried (default {DIAL_ATTEMPTS})")
@@ -376,7 +406,15 @@ def deep_checks(connection: Connection, graph, target: dict[str, Any], checks: l
     by_key = {check.unit: check for check in checks}
     for unit in graph.apply_order:
         check = by_key[unit.key]
-        if unit.hub is None or check.status in (UNREACHABLE, FAILED):
+        if check.status in (UNREACHABLE, FAILED):
+            continue
+        if unit.content:
+            try:
+                deep_content_check(connection, unit, target, check, log)
+            except (UnitFailed, SshError) as error:
+                check.status, check.reason = FAILED, f"deep: {error}"
+            continue
+        if unit.hub is None:
             continue
         try:
             listing = hub_listing(endpoint, unit.hub.repo, unit.hub.revision, token)

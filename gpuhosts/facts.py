@@ -44,6 +44,21 @@ def file_fact(file: HostFile) -> Fact:
     return Fact(f"file {file.path}", f"file_state {shlex.quote(file.path)}", file_digest(file.content, file.mode))
 
 
+AS_RECORDED = "as recorded"
+
+
+def content_fact(directory: str) -> Fact:
+    """The files a unit wrote into `directory`, each by its size and sampled digest against the record it kept
+    (templates/common/content.sh.j2, which the probe's prelude must include)."""
+    return Fact(f"content of {directory}", f'content_state "$root"{shlex.quote(directory)}', AS_RECORDED)
+
+
+def deep_content_fact(directory: str) -> Fact:
+    """As content_fact, each file read whole against its recorded sha256: the deep check's."""
+    return Fact(f"sha256 of the content of {directory}", f'content_state "$root"{shlex.quote(directory)} deep',
+                AS_RECORDED)
+
+
 def files_facts(files) -> list[Fact]:
     return [file_fact(f) for f in files]
 

@@ -301,6 +301,13 @@ def _trainer_rules(watch: Watch, host: dict[str, str], cat: Catalog) -> list[dic
               "5m", "warning", f"training on {watch.stack} was interrupted",
               "The training launch ended on a signal and saved its state under interrupted/; nothing trains until "
               "it is launched again (a reboot, an OOM kill of the launcher, or a stop by hand)."),
+        # a worker died or the launch ended non-zero; the unit restarts it (Restart=on-failure), which clears it, so
+        # the alert waits past the unit's RestartSec and a launch's start-up
+        _rule("GpuhostsTrainingFailed",
+              f"{monitor['failed'].name}{_sel(job=_job('training-monitor'), **host)} == 1",
+              "10m", "critical", f"training on {watch.stack} failed",
+              "The training launch died (torchrun's root cause or the launch's exit code is on the monitor's page) "
+              "and no launch has started since."),
     ]
 
 

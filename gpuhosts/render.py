@@ -44,7 +44,7 @@ _SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
 # How systemd reads each setting gpuhosts writes (systemd.exec(5), systemd.service(5), systemd.unit(5)): "exec"
 # words are unquoted, C-unescaped and `$`-expanded; "word" ones unquoted and C-unescaped, `$` plain; the rest are
 # taken as the whole rest of the line. Every setting expands `%` specifiers.
-_SYSTEMD_KINDS = {"ExecStart": "exec", "Environment": "word"}
+_SYSTEMD_KINDS = {"ExecStart": "exec", "ExecStopPost": "exec", "Environment": "word"}
 
 
 def refuse_control(value: str, purpose: str) -> str:

@@ -79,6 +79,9 @@ class Unit:
     # declares facts (tests/test_unit_facts.py holds every unit of the committed stacks to it).
     no_facts_because: str = ""
     hub: HubFiles | None = None
+    # Directories whose files the unit recorded as it wrote them (templates/common/content.sh.j2): a refresh
+    # compares sizes and sampled digests, `gpuhosts check --deep` each file's whole sha256.
+    content: tuple[str, ...] = ()
     # Where the unit's resource stood before a release of gpuhosts moved it: (its kind then or None for the same,
     # its group then or None for the same), each an alias, so a converged stack keeps the resource.
     formerly: tuple[tuple[str | None, GroupPath | None], ...] = ()

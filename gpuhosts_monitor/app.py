@@ -15,7 +15,7 @@ from pathlib import Path
 from flask import Flask, Response, g, jsonify, render_template, request
 
 from gpuhosts_monitor.metrics import CONTENT_TYPE, exposition
-from gpuhosts_monitor.parse import Interruption, Snapshot, downsample
+from gpuhosts_monitor.parse import Failure, Interruption, Snapshot, downsample
 from gpuhosts_monitor.sources import Cached, LogFollower, newest_checkpoint, query_gpus, server_health
 
 CURVE_POINTS = 500
@@ -100,6 +100,15 @@ def interruption_status(interruption: Interruption | None) -> dict | None:
     return {**asdict(interruption), "summary": summary}
 
 
+def failure_status(failure: Failure | None) -> dict | None:
+    if failure is None:
+        return None
+    at = f"at step {failure.step}" if failure.step is not None else "before the first step"
+    who = f"rank {failure.rank} " if failure.rank is not None else ""
+    summary = f"{who}died {at}, exit code {failure.exitcode}" + (f": {failure.reason}" if failure.reason else "")
+    return {**asdict(failure), "summary": summary}
+
+
 def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float) -> dict:
     latest = snap.latest
     total, total_source = (config.total_steps, "cli") if config.total_steps else (snap.total_steps(), "log")
@@ -112,6 +121,8 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
     step_age = max(0.0, now - snap.step_seen_at) if latest and snap.step_seen_at is not None else None
     if log_stat is None:
         state = "no-log"
+    elif snap.failure is not None:
+        state = "failed"
     elif snap.interruption is not None:
         # before the stall rule: a launch that saved its checkpoint and ended logs no step again, and that is not
         # a hang
@@ -127,15 +138,21 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
     eta = None
     # a stalled or interrupted run has no time of arrival: the step rate it had says nothing about when it moves
     # again
-    if state not in ("stalled", "interrupted") and total is not None and step is not None and rate:
+    if state == "finished":
+        eta = 0
+    elif state not in ("stalled", "interrupted", "failed") and total is not None and step is not None and rate:
         eta = round(max(0, total - step) / rate)
     return {
         "state": state,
         "step": step,
         "total_steps": total,
         "total_steps_source": total_source,
-        "progress": round(min(1.0, step / total), 4) if total and step is not None else None,
-        "epoch": latest.epoch if latest else None,
+        # a run that ended normally is done, though its last logged step need not be its last step
+        "progress": 1.0 if state == "finished" else (
+            round(min(1.0, step / total), 4) if total and step is not None else None),
+        # as the trainer counts them in its own lines ("Training epoch 3/3"), else as its records carry them
+        "epoch": snap.epoch_number if snap.epoch_number is not None else (latest.epoch if latest else None),
+        "epoch_logged": latest.epoch if latest else None,
         "epochs_total": snap.epochs_total,
         "steps_per_epoch": snap.steps_per_epoch,
         "loss": _finite(latest.loss) if latest else None,
@@ -152,6 +169,8 @@ def training_status(snap: Snapshot, config: MonitorConfig, log_stat, now: float)
         },
         "restarts": [asdict(restart) for restart in snap.restarts],
         "interruption": interruption_status(snap.interruption),
+        "failure": failure_status(snap.failure),
+        "launch_end": asdict(snap.launch_end) if snap.launch_end else None,
         "log_age_s": log_age,
         "last_step_age_s": round(step_age, 1) if step_age is not None else None,
         "stall": {

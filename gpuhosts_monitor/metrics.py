@@ -22,6 +22,9 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("gpuhosts_training_stall_threshold_seconds", "Seconds without a step after which the run is stalled."),
     ("gpuhosts_training_stalled", "1 while the monitor's stall rule says the run is stalled."),
     ("gpuhosts_training_interrupted", "1 while the current launch is interrupted by a signal (graceful shutdown)."),
+    ("gpuhosts_training_failed", "1 while the current launch has died (a worker's exit, the launch's non-zero end)."),
+    ("gpuhosts_training_finished", "1 once the run ended normally: every epoch trained and validated, or its launch "
+                                   "exited 0."),
     ("gpuhosts_training_server_up", "1 while the hidden-state server answers /health."),
 )
 
@@ -60,6 +63,8 @@ def exposition(status: dict) -> str:
         "gpuhosts_training_stall_threshold_seconds": [("", _value(stall.get("threshold_s")))],
         "gpuhosts_training_stalled": [("", "1.0" if training.get("state") == "stalled" else "0.0")],
         "gpuhosts_training_interrupted": [("", "1.0" if training.get("state") == "interrupted" else "0.0")],
+        "gpuhosts_training_failed": [("", "1.0" if training.get("state") == "failed" else "0.0")],
+        "gpuhosts_training_finished": [("", "1.0" if training.get("state") == "finished" else "0.0")],
         "gpuhosts_training_server_up": [("", "1.0" if (status.get("server") or {}).get("state") == "up" else "0.0")],
     }
     lines = []

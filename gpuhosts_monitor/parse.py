@@ -75,7 +75,8 @@ FAST_SKIP_RE = re.compile(r"Fast-skipping (?P<n>\d+) batches")
 # Messages printed once per launch, before the first step: speculators', transformers', torchrun's, and the
 # "resuming from <checkpoint>" of gpuhosts' training launch script.
 START_MARKERS = re.compile(
-    r"No previous (?:training )?checkpoint found"
+    r"^training launch started$"
+    r"|No previous (?:training )?checkpoint found"
     r"|^resuming from /"
     r"|Found checkpoint at "
     r"|Resuming (?:training on|mid-epoch)"
@@ -94,9 +95,19 @@ INTERRUPT_SAVE_RE = re.compile(
     r"|(?P<timeout>Interrupt checkpoint save timed out after)"
 )
 
+# How a launch ends. gpuhosts' training unit runs the launch script with --ended as its ExecStopPost, which prints
+# systemd's SERVICE_RESULT, EXIT_CODE and EXIT_STATUS (systemd.exec(5)): `exited/0` is a launch that ran to its end.
+LAUNCH_ENDED_RE = re.compile(r"^training launch ended: result=(?P<result>\S+) exit=(?P<code>[\w-]+)/(?P<status>\S+)$")
+# torchrun's summary of a worker that died (torch/distributed/elastic/multiprocessing/errors/__init__.py,
+# ChildFailedError.format_msg and ProcessFailure): the first failure's fields, one per line, until the closing rule.
+ROOT_CAUSE_RE = re.compile(r"^Root Cause \(first observed failure\):$")
+FAILURE_FIELD_RE = re.compile(r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<value>.*)$")
+FAILURE_END_RE = re.compile(r"^=+$")
+
 # gpuhosts' launch script runs the smoke run first into the same log (templates/training_node/train.sh.j2) and
 # prints this when it passed: what follows is another run, the full one, with its own epochs and steps.
 FULL_RUN_STARTS = re.compile(r"^smoke run passed: the full run starts$")
+SMOKE_RUN_STARTS = re.compile(r"^smoke run: \d+ samples")
 
 LOGGER_PREFIX_RE = re.compile(r"^.*[:\]]")
 
@@ -207,6 +218,34 @@ def interruption_after(current: Interruption | None, message: str, line: int, st
     return replace(current, save="failed" if match["failed"] else "timed-out")
 
 
+@dataclass(frozen=True)
+class Failure:
+    """A launch that died: torchrun's root cause, or the launch's own non-zero end."""
+
+    line: int
+    step: int | None
+    """The last step logged before it, on the run's axis."""
+    exitcode: str | None = None
+    """The worker's exit code as torchrun printed it (-9: killed by SIGKILL), else the launch's."""
+    rank: str | None = None
+    reason: str | None = None
+    """torchrun's traceback field ("Signal 9 (SIGKILL) received by PID 4711"), or how the launch ended."""
+
+
+@dataclass(frozen=True)
+class LaunchEnd:
+    """The training unit's ExecStopPost line."""
+
+    result: str
+    code: str
+    status: str
+    line: int
+
+    @property
+    def succeeded(self) -> bool:
+        return self.code == "exited" and self.status == "0"
+
+
 @dataclass
 class Snapshot:
     points: list[Point]
@@ -232,6 +271,14 @@ class Snapshot:
     it in finished (LogFollower sets it; parse_text cannot know it)."""
     interruption: Interruption | None = None
     """The current launch was interrupted by a signal (and nothing started since)."""
+    failure: Failure | None = None
+    """The current launch died (and nothing started since)."""
+    launch_end: LaunchEnd | None = None
+    """How the current launch ended, as its unit reported it; None while it runs (or when run by hand)."""
+    epoch_number: int | None = None
+    """The epoch as the trainer counts it in its own lines ("Training epoch 3/3 started": 3)."""
+    smoke: bool = False
+    """The log's newest run is the launch script's smoke run."""
 
     @property
     def latest(self) -> Point | None:
@@ -433,6 +480,13 @@ class LogParser:
         self._rich_time: float | None = None
         self._rich_day = 0
         self.interruption: Interruption | None = None
+        self.failure: Failure | None = None
+        self.launch_end: LaunchEnd | None = None
+        self.epoch_number: int | None = None
+        self.smoke = False
+        self._trained_all = False
+        self._validated_all = False
+        self._root_cause: dict[str, str] | None = None
 
     # -- input ---------------------------------------------------------------------------------------------------
 
@@ -513,6 +567,17 @@ class LogParser:
         if FULL_RUN_STARTS.match(message):
             self._new_run()
             return
+        if SMOKE_RUN_STARTS.match(message):
+            self.smoke = True
+            return
+        if self._root_cause is not None and self._failure_field(message, line):
+            return
+        if ROOT_CAUSE_RE.match(message):
+            self._root_cause = {}
+            return
+        if match := LAUNCH_ENDED_RE.match(message):
+            self._launch_ended(match, line)
+            return
         if self._progress_bar(message):
             return
         values = _dict_values(message) if "{" in message else None
@@ -525,6 +590,39 @@ class LogParser:
             return
         self._markers(message, line)
 
+    def _failure_field(self, message: str, line: int) -> bool:
+        """One line of torchrun's root-cause block; the block ends at its closing rule."""
+        if match := FAILURE_FIELD_RE.match(message):
+            self._root_cause[match["key"]] = match["value"].strip()
+            return True
+        if FAILURE_END_RE.match(message) or not message.startswith(("[", " ")):
+            cause, self._root_cause = self._root_cause, None
+            exitcode = cause.get("exitcode", "").split(" ", 1)[0] or None
+            rank = cause.get("rank", "").split(" ", 1)[0] or None
+            self.failure = Failure(line=line, step=self.points[-1].step if self.points else None,
+                                   exitcode=exitcode, rank=rank, reason=cause.get("traceback"))
+            self.finished = False
+            return bool(FAILURE_END_RE.match(message))
+        return True  # the "[0]:" head of the failure
+
+    def _launch_ended(self, match: re.Match, line: int) -> None:
+        end = LaunchEnd(result=match["result"], code=match["code"], status=match["status"], line=line)
+        self.launch_end = end
+        if end.succeeded:
+            # the launch ran to its end: the trainer has nothing left to do, whatever its last logged step was
+            if self.interruption is None and self.failure is None:
+                self.finished = True
+        elif self.interruption is None and self.failure is None and not self.finished:
+            reason = f"the launch ended {end.code}/{end.status} ({end.result})"
+            self.failure = Failure(line=line, step=self.points[-1].step if self.points else None,
+                                   exitcode=end.status, reason=reason)
+        elif self.finished:
+            # the trainer said it finished and the launch still ended badly (a crash at exit, a failed last save)
+            self.finished = False
+            self.failure = Failure(line=line, step=self.points[-1].step if self.points else None,
+                                   exitcode=end.status, reason=f"the launch ended {end.code}/{end.status} after "
+                                                               "the trainer's last epoch")
+
     def _new_run(self) -> None:
         """The smoke run is over: the monitor shows the full run, so none of the smoke run's points, epoch length,
         epochs or validation carry over, and the full run's first step is a start, not a restart. The rich clock
@@ -534,16 +632,34 @@ class LogParser:
         self.lines, self._rich_time, self._rich_day = lines, clock, day
 
     def _markers(self, message: str, line: int) -> None:
+        if message == "training launch started":
+            self.smoke = False
         if START_MARKERS.search(message):
             self._start_marker = True
             self.finished = False
             self._phase = "train"
             self.interruption = None
+            self.failure = None
+            self.launch_end = None
+            self._trained_all = self._validated_all = False
         self.interruption = interruption_after(
             self.interruption, message, line, self.points[-1].step if self.points else None
         )
         if match := TRAIN_EPOCH_RE.search(message):
             self.epochs_total = int(match["of"])
+            self.epoch_number = int(match["n"])
+            last = match["n"] == match["of"]
+            self._trained_all = last and match["what"] == "completed"
+            self._validated_all = False
+        elif match := VAL_EPOCH_RE.search(message):
+            if match["n"] == match["of"] and match["what"] == "completed" and self._trained_all:
+                self._validated_all = True
+        elif "No val loader, skipping validation epoch" in message and self._trained_all:
+            self._validated_all = True
+        if self._validated_all and not self.smoke and self.interruption is None and self.failure is None:
+            # speculators' run_training has trained and validated its last epoch: only the best-checkpoint link
+            # and the process's exit remain
+            self.finished = True
         if (phase := _phase_after(message)) is not None:
             self._phase = phase
         if match := FAST_SKIP_RE.search(message):
@@ -630,6 +746,8 @@ class LogParser:
         self.metrics = dict(values)
         self.finished = False
         self.interruption = None
+        self.failure = None
+        self.launch_end = None
         return True
 
     def _place(self, raw: int | None, explicit: bool, epoch: float | None, line: int) -> int:
@@ -728,6 +846,10 @@ class LogParser:
             segment_start=self._segment_start,
             phase=phase,
             interruption=interruption,
+            failure=self.failure,
+            launch_end=self.launch_end,
+            epoch_number=self.epoch_number,
+            smoke=self.smoke,
         )
 
 

@@ -162,11 +162,19 @@ def interrupted_case(watch, fire):
     return [_series(name, labels, "0 0 1x8" if fire else "0 0 1 1 0x6")], "9m", labels, 1.0
 
 
+def failed_case(watch, fire):
+    labels = _labels(watch, "training-monitor")
+    name = catalog().name("monitor", MONITOR_RELEASE, "failed")
+    # quiet: a failure the unit's restart clears within the rule's 10 minutes (RestartSec=60, then a launch)
+    return [_series(name, labels, "0 0 1x14" if fire else "0 0 1x4 0x10")], "15m", labels, 1.0
+
+
 CASES = {**{alert: down_case(job) for job, alert in DOWN_ALERTS.items()},
          "GpuhostsDecodeSlow": decode_case, "GpuhostsAcceptanceCollapsed": acceptance_case,
          "GpuhostsGpuXid": xid_case, "GpuhostsGpuEccUncorrectable": ecc_case, "GpuhostsGpuMemoryFull": memory_case,
          "GpuhostsStorageFilling": storage_case, "GpuhostsHiddenStateServerErrors": server_errors_case,
-         "GpuhostsTrainingStalled": stalled_case, "GpuhostsTrainingInterrupted": interrupted_case}
+         "GpuhostsTrainingStalled": stalled_case, "GpuhostsTrainingInterrupted": interrupted_case,
+         "GpuhostsTrainingFailed": failed_case}
 
 
 def _go_float(value: float) -> str:

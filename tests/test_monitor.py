@@ -525,7 +525,7 @@ def test_status_numbers_from_fixture(tmp_path, health_server):
     s = response.get_json()
     t = s["training"]
     assert {k: t[k] for k in ("state", "step", "total_steps", "total_steps_source", "epoch", "epochs_total")} == {
-        "state": "running", "step": 38, "total_steps": 48, "total_steps_source": "log", "epoch": 1,
+        "state": "running", "step": 38, "total_steps": 48, "total_steps_source": "log", "epoch": 2,
         "epochs_total": 2,
     }
     assert (t["loss"], t["lr"], t["tokens_per_s"]) == (2.859, 6.25e-05, 33400.0)
@@ -549,7 +549,9 @@ def test_status_numbers_from_fixture(tmp_path, health_server):
 def test_status_after_resume_and_cli_total(tmp_path, health_server):
     app = app_for(tmp_path, TRAINING / "speculators-0.5.0-resume-epoch.log", health_server.url, total_steps=600)
     t = app.test_client().get("/api/status").get_json()["training"]
-    assert (t["step"], t["epoch"], t["loss"], t["total_steps"], t["total_steps_source"]) == (45, 2, 2.7, 600, "cli")
+    assert (t["step"], t["epoch"], t["loss"], t["total_steps"], t["total_steps_source"]) == (45, 3, 2.7, 600, "cli")
+    # "Training epoch 3/3" in the trainer's words; its records carry the epoch 0-based
+    assert t["epoch_logged"] == 2
     assert t["restarts"] == [{"line": 110, "from_step": 26, "at_step": 20, "raw_step": 0}]
     assert t["eta_s"] == round((600 - 45) / (25 / 85))
 

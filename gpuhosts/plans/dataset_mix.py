@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpuhosts.engines import speculators as speculators_driver
 from gpuhosts.envspec import EnvSpec
-from gpuhosts.facts import Fact, desired, files_facts, render_probe
+from gpuhosts.facts import Fact, content_fact, desired, files_facts, render_probe
 from gpuhosts.hostside import dataset_prepare
 from gpuhosts.paths import LIB_DIR
 from gpuhosts.plans.model_download import HF_TOKEN
@@ -107,12 +107,13 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
     facts = [*files_facts([script]),
              Fact(f"prepared {tokenized}", f'cat "$root"{shlex.quote(tokenized + "/.gpuhosts-prepare")} || echo missing',
                   prepare_key),
-             Fact(f"mix of {tokenized}", f'prepared_state "$root"{shlex.quote(target)}', "tokenized from the mix")]
+             Fact(f"mix of {tokenized}", f'prepared_state "$root"{shlex.quote(target)}', "tokenized from the mix"),
+             content_fact(tokenized)]
     if smoke is not None:
         facts += [Fact(f"prepared {smoke['dir']}",
                        f'cat "$root"{shlex.quote(smoke["dir"] + "/.gpuhosts-prepare")} || echo missing', smoke["key"]),
                   Fact(f"mix of {smoke['dir']}", f'prepared_state "$root"{shlex.quote(target)} {SMOKE_DIR}',
-                       "tokenized from the mix")]
+                       "tokenized from the mix"), content_fact(smoke["dir"])]
     values = dict(unit=key, name=dataset.name, target=target, seed=seed, version=training.speculators.version,
                   python=f"{speculators.venv}/bin/python", hf=f"{speculators.venv}/bin/hf", script=PREPARE_SCRIPT,
                   script_digest=script_digest, spec=spec, prepare_key=prepare_key, files=[script], secret=secret,
@@ -129,6 +130,7 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
                         remove=[PREPARE_SCRIPT], lib_dir=LIB_DIR, delete=dataset.delete_on_destroy),
         probe=render_probe(key, facts, prelude=render("training_node/dataset-prepare-probe.sh.j2")),
         desired=desired(facts), needs=needs, files=(script,), stdin_secret=secret,
+        content=(tokenized, *([smoke["dir"]] if smoke is not None else [])),
         undoes=f"script {PREPARE_SCRIPT} removed; data set {dataset.name} prepared in {target} "
         + ("deleted (dataset.deleteOnDestroy)" if dataset.delete_on_destroy else
            "kept (dataset.deleteOnDestroy is false)"))

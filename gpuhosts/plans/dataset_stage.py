@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from gpuhosts.facts import Fact, desired, render_probe
+from gpuhosts.facts import Fact, content_fact, desired, render_probe
 from gpuhosts.plans.node_units import TrainingData
 from gpuhosts.render import render
 from gpuhosts.training import TrainerStack
@@ -20,12 +20,15 @@ def plan_dataset_stage(stack: TrainerStack, key: str, needs: tuple[str, ...]) ->
              dataset.manifest_sha256),
         # Presence only: hashing a data set of this size is the ensure's work, not a probe's.
         Fact(f"files of {manifest}", f'dataset_files_state "$root"{shlex.quote(target)}', "all present"),
+        # Each file by its size and a sampled digest against what staging recorded; `gpuhosts check --deep`
+        # reads them whole.
+        content_fact(target),
     ]
     unit = Unit(key=key, kind="DatasetStage",
                 ensure=render("training_node/dataset-stage.sh.j2", unit=key, dataset=dataset, target=target),
                 teardown=render("training_node/dataset-teardown.sh.j2", unit=key, dataset=dataset, target=target),
                 probe=render_probe(key, facts, prelude=render("training_node/dataset-probe.sh.j2")),
-                desired=desired(facts), needs=needs,
+                desired=desired(facts), needs=needs, content=(target,),
                 undoes=f"data set {dataset.name} in {target} "
                 + ("deleted (dataset.deleteOnDestroy)" if dataset.delete_on_destroy else
                    "kept (dataset.deleteOnDestroy is false)"))

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuhosts.engines import speculators as speculators_driver
 from gpuhosts.envspec import EnvSpec
-from gpuhosts.facts import Fact, desired, files_facts, render_probe
+from gpuhosts.facts import Fact, content_fact, desired, files_facts, render_probe
 from gpuhosts.hostside import drafter_config
 from gpuhosts.paths import LIB_DIR
 from gpuhosts.render import HostFile, render
@@ -69,7 +69,7 @@ def plan_drafter_convert(stack: TrainerStack, ids: LayerIds, speculators: EnvSpe
     marker = f"{training.drafter.repo}@{training.drafter.revision} {speculators.requirement}"
     facts = [*files_facts([check_script]),
              Fact(f"converted {output}", f'cat "$root"{shlex.quote(output + "/.gpuhosts-convert")} || echo missing',
-                  marker), converted_config_fact(output)]
+                  marker), converted_config_fact(output), content_fact(output)]
     unit = Unit(
         key=KEY, kind="DrafterConvert",
         ensure=render("training_node/drafter-convert.sh.j2", unit=KEY, drafter_repo=training.drafter.repo,
@@ -83,7 +83,8 @@ def plan_drafter_convert(stack: TrainerStack, ids: LayerIds, speculators: EnvSpe
         teardown=render("training_node/drafter-convert-teardown.sh.j2", unit=KEY, output=output,
                         part=part_dir, remove=[DRAFTER_CHECK_SCRIPT], lib_dir=LIB_DIR,
                         delete=training.drafter.delete_on_destroy),
-        probe=render_probe(KEY, facts), desired=desired(facts), needs=needs, files=(check_script,),
+        probe=render_probe(KEY, facts, prelude=render("common/content.sh.j2")), desired=desired(facts), needs=needs,
+        files=(check_script,), content=(output,),
         undoes=f"check script {DRAFTER_CHECK_SCRIPT} removed; converted drafter {output} "
         + ("deleted (drafter.deleteOnDestroy)" if training.drafter.delete_on_destroy else "kept"))
     return ConvertedDrafter(unit=unit, dir=output, invocation=convert, checks=declared)

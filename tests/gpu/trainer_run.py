@@ -1,6 +1,6 @@
 """The training node's trainer for real, on one GPU: what the plan renders, run in the order the node runs it.
 
-    python3 tests/gpu/trainer_run.py --bundle build/gpu-trainer --wheels .whl --out OUT [--limit-s 420]
+    python3 tests/gpu/trainer_run.py --bundle build/gpu-trainer --wheels .whl --out OUT [--ends normal,killed,interrupted]
 
 On a machine with a GPU, as root (the plan's paths are the node's: /data, /opt/gpuhosts, /usr/local/lib/gpuhosts),
 with the bundle tests/gpu/trainer_bundle.py made (`make gpu-trainer` says how). Steps:
@@ -14,12 +14,15 @@ with the bundle tests/gpu/trainer_bundle.py made (`make gpu-trainer` says how). 
 5. the hidden-state stand-in on the server's port (tests/gpu/hidden_state_standin.py, with the machine's
    transformers: the vLLM environment is not speculators');
 6. the launch script the plan renders, its output appended to the log as its systemd unit appends it: the
-   hidden-state check, the smoke run, then the full run, each the real scripts/train.py under torchrun;
+   hidden-state check, the smoke run (once: its marker stays), then the full run, each the real scripts/train.py
+   under torchrun; ended as --ends says (the run to its end, its training worker killed, or the unit stopped),
+   then the unit's ExecStopPost as systemd runs it;
 7. the monitor as its unit starts it, asked for its page and /api/status.
 
-OUT receives train.log, checkpoints.txt (every file under the checkpoint directories: size, path), status.json
-(the monitor's view), monitor.html, versions.json, checkpoints.tar.gz (the checkpoint directories without weight and
-optimizer files, for a screenshot elsewhere) and logs.tar.gz (every step's own output).
+OUT/<end>/ receives, per launch, train.log, checkpoints.txt (every file under the checkpoint directories: size,
+path), status.json (the monitor's view), monitor.html and checkpoints.tar.gz (the checkpoint directories without
+weight and optimizer files, for a screenshot elsewhere); OUT/ versions.json and logs.tar.gz (every step's own
+output).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -137,7 +141,14 @@ def main() -> int:
                                                    "of --wheels)")
     parser.add_argument("--text-only", action="store_true", help="trainer_models.py --text-only")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--limit-s", type=float, default=420, help="cap on the launch script's run")
+    parser.add_argument("--limit-s", type=float, default=480, help="cap on each launch of the script")
+    parser.add_argument("--ends", type=lambda s: s.split(","), default=["normal"],
+                        help="how each launch ends, in order: normal (the run to its end), killed (the training "
+                             "worker SIGKILLed), interrupted (SIGTERM to the unit's processes); e.g. normal,killed")
+    parser.add_argument("--smoke-passed", action="store_true",
+                        help="write the smoke run's marker first, as on a node whose smoke run passed before: the "
+                             "launch goes straight to the full run")
+    parser.add_argument("--at-step", type=int, default=6, help="the step a killed or interrupted launch ends at")
     args = parser.parse_args()
     bundle_dir = args.bundle.resolve()
     bundle = json.loads((bundle_dir / "bundle.json").read_text())
@@ -175,51 +186,158 @@ def main() -> int:
          "--layers", ",".join(map(str, bundle["serverLayers"])), "--port", port, "--log", logs / "standin.log"],
         stdout=open(logs / "standin.out", "ab"), stderr=subprocess.STDOUT, env=env)
     monitor = None
+    results: dict[str, dict] = {}
     try:
         wait_for(f"{bundle['serverUrl']}/health", 300, standin)
 
-        say("6. the launch script, appending to the log as its unit does")
         checkpoints, log = Path(bundle["checkpoints"]), Path(bundle["log"])
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        # systemd gives a service neither a terminal nor these
-        service_env = {k: v for k, v in env.items() if k not in ("PYTHONUNBUFFERED", "TERM", "COLUMNS")}
-        started = time.monotonic()
-        with open(log, "ab") as append:
-            launch = subprocess.Popen(["bash", bundle["launchScript"]], stdout=append, stderr=subprocess.STDOUT,
-                                      cwd=checkpoints, env=service_env, start_new_session=True)
-            try:
-                returncode = launch.wait(timeout=args.limit_s)
-            except subprocess.TimeoutExpired:
-                # stopped as systemd stops the unit: SIGTERM to the whole group, torchrun ends its workers
-                os.killpg(launch.pid, 15)
-                returncode = launch.wait(timeout=60)
-                say(f"stopped after the {args.limit_s} s cap")
-        say(f"launch script exited {returncode} after {time.monotonic() - started:.0f} s")
-
-        say("7. the monitor as its unit starts it")
-        command, workdir = unit_exec(bundle_dir / "plan/hosts/trainer" / bundle["monitorUnit"])
-        monitor = subprocess.Popen(command, cwd=workdir, stdout=open(logs / "monitor.log", "ab"),
-                                   stderr=subprocess.STDOUT, env=env)
-        port = command[command.index("--port") + 1]
-        wait_for(f"http://127.0.0.1:{port}/healthz", 60, monitor)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as response:
-            (out / "status.json").write_bytes(response.read())
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
-            (out / "monitor.html").write_bytes(response.read())
+        if args.smoke_passed:
+            smoke_passed(Path(bundle["launchScript"]))
+        for end in args.ends:
+            say(f"6. the launch script, appending to the log as its unit does (the run is to end {end})")
+            returncode = launch_once(bundle, end, env, args.limit_s, args.at_step)
+            say(f"7. the monitor as its unit starts it ({end})")
+            command, workdir = unit_exec(bundle_dir / "plan/hosts/trainer" / bundle["monitorUnit"])
+            monitor = subprocess.Popen(command, cwd=workdir, stdout=open(logs / "monitor.log", "ab"),
+                                       stderr=subprocess.STDOUT, env=env)
+            port = command[command.index("--port") + 1]
+            wait_for(f"http://127.0.0.1:{port}/healthz", 60, monitor)
+            ended = out / end
+            ended.mkdir(exist_ok=True)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as response:
+                (ended / "status.json").write_bytes(response.read())
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+                (ended / "monitor.html").write_bytes(response.read())
+            monitor.terminate()
+            monitor.wait(timeout=30)
+            monitor = None
+            say(f"8. what comes back ({end})")
+            collect(bundle, ended, python)
+            results[end] = {"launch": returncode,
+                            "state": json.loads((ended / "status.json").read_text())["training"]["state"]}
+            # the next run starts afresh (a run resuming from this one's last checkpoint would have nothing to do);
+            # the smoke run's marker stays, as on a node whose smoke run passed once
+            shutil.rmtree(checkpoints)
+            checkpoints.mkdir()
+            log.unlink()
     finally:
         for process in (monitor, standin):
             if process is not None:
                 process.terminate()
                 process.wait(timeout=30)
-        if Path(bundle["log"]).exists():
-            say("8. what comes back")
-            collect(bundle, out, logs, python)
-    print(json.dumps({"launch": returncode, "status": json.loads((out / "status.json").read_text())
-                      .get("training")}, indent=1)[:3000])
+        (out / "versions.json").write_text(json.dumps(versions(python), indent=2) + "\n")
+        with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
+            tar.add(logs, arcname="logs")
+        shutil.rmtree(logs)
+    print(json.dumps(results, indent=1))
+    return 0 if all(r["launch"] == EXPECTED_EXIT[end] for end, r in results.items()) else 1
+
+
+# The launch script's exit as the unit would see it: 0 after a run to its end, torchrun's 1 after a worker died
+# (its ChildFailedError) and after a stop (its SignalException).
+EXPECTED_EXIT = {"normal": 0, "killed": 1, "interrupted": 1}
+CLEAN_SIGNALS = {"HUP", "INT", "TERM", "PIPE"}
+
+
+def launch_once(bundle: dict, end: str, env: dict, limit_s: float, at_step: int) -> int:
+    """One start of the training unit: the launch script with its output appended to the log; for `killed`, the
+    training worker SIGKILLed once `at_step` steps are logged (as the kernel's OOM killer would), for
+    `interrupted`, SIGTERM to the whole group then (as `systemctl stop` does with KillMode=control-group); then the
+    unit's ExecStopPost with the variables systemd gives it (systemd.exec(5): SERVICE_RESULT, EXIT_CODE,
+    EXIT_STATUS)."""
+    checkpoints, log = Path(bundle["checkpoints"]), Path(bundle["log"])
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    # systemd gives a service neither a terminal nor these
+    service_env = {k: v for k, v in env.items() if k not in ("PYTHONUNBUFFERED", "TERM", "COLUMNS")}
+    started = time.monotonic()
+    offset = log.stat().st_size if log.exists() else 0
+    stopped = False
+    with open(log, "ab") as append:
+        launch = subprocess.Popen(["bash", bundle["launchScript"]], stdout=append, stderr=subprocess.STDOUT,
+                                  cwd=checkpoints, env=service_env, start_new_session=True)
+        try:
+            if end == "normal":
+                returncode = launch.wait(timeout=limit_s)
+            else:
+                wait_for_steps(log, offset, at_step, launch, limit_s)
+                if end == "killed":
+                    worker = training_worker(launch.pid)
+                    say(f"SIGKILL to the training worker {worker}")
+                    os.kill(worker, signal.SIGKILL)
+                else:
+                    say("SIGTERM to the unit's processes")
+                    os.killpg(launch.pid, signal.SIGTERM)
+                    stopped = True
+                returncode = launch.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(launch.pid, signal.SIGTERM)
+            returncode = launch.wait(timeout=300)
+            stopped = True
+            say(f"stopped after the {limit_s} s cap")
+    say(f"launch script exited {returncode} after {time.monotonic() - started:.0f} s")
+    if returncode >= 0:
+        result, code, status = ("success" if returncode == 0 else "exit-code"), "exited", str(returncode)
+    else:
+        name = signal.Signals(-returncode).name.removeprefix("SIG")
+        result = "success" if stopped and name in CLEAN_SIGNALS else "signal"
+        code, status = "killed", name
+    with open(log, "ab") as append:
+        subprocess.run(["bash", bundle["launchScript"], "--ended"], stdout=append, stderr=subprocess.STDOUT,
+                       env={**service_env, "SERVICE_RESULT": result, "EXIT_CODE": code, "EXIT_STATUS": status},
+                       check=True)
     return returncode
 
 
-def collect(bundle: dict, out: Path, logs: Path, python: Path) -> None:
+def smoke_passed(launch_script: Path) -> None:
+    """The marker the launch script writes after its smoke run passed, where it looks for it."""
+    words = {}
+    for line in launch_script.read_text().splitlines():
+        if line.startswith(("smoke_save=", "smoke_key=")):
+            name, value = line.split("=", 1)
+            words[name] = shlex.split(value)[0]
+    marker = Path(words["smoke_save"]) / ".gpuhosts-smoke"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(words["smoke_key"] + "\n")
+    say(f"the smoke run's marker {marker}: the launch goes straight to the full run")
+
+
+def wait_for_steps(log: Path, offset: int, steps: int, launch: subprocess.Popen, limit_s: float) -> None:
+    """Until this launch has logged `steps` training records (speculators prints one per step)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with open(log, "rb") as text:
+            text.seek(offset)
+            if text.read().count(b"train/loss=") >= steps:
+                return
+        if launch.poll() is not None:
+            raise SystemExit(f"the launch script exited {launch.returncode} before step {steps}")
+        time.sleep(0.5)
+    raise SystemExit(f"no step {steps} in {limit_s} s")
+
+
+def training_worker(session: int) -> int:
+    """The pid of the training worker torchrun started (not torchrun, not a data loader worker it forked)."""
+    def cmdline(pid: str) -> list[str]:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            return []
+
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.getsid(int(pid)) != session:
+                continue
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            continue
+        words = cmdline(pid)
+        if any(w.endswith("scripts/train.py") for w in words) and not any(w.endswith("torchrun") for w in words) \
+                and any(w.endswith("torchrun") for w in cmdline(parent)):
+            return int(pid)
+    raise SystemExit("no training worker under torchrun")
+
+
+def collect(bundle: dict, out: Path, python: Path) -> None:
     log, checkpoints = Path(bundle["log"]), Path(bundle["checkpoints"])
     shutil.copy(log, out / "train.log")
     roots = [Path(bundle["smokeCheckpoints"]), checkpoints]
@@ -228,10 +346,6 @@ def collect(bundle: dict, out: Path, logs: Path, python: Path) -> None:
     with tarfile.open(out / "checkpoints.tar.gz", "w:gz") as tar:
         for root in (r for r in roots if r.exists()):
             tar.add(root, arcname=root.name, filter=lambda i: None if i.name.endswith(WEIGHTS) else i)
-    (out / "versions.json").write_text(json.dumps(versions(python), indent=2) + "\n")
-    with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
-        tar.add(logs, arcname="logs")
-    shutil.rmtree(logs)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,11 @@ mkdir -p "$root"/data/checkpoints/Qwen3.6-27B-DFlash
 systemd_repair "$unit_name"
 [ "$systemd_repaired" = 0 ] || restart=1
 install_file /opt/gpuhosts/training/train_dflash_qwen36.sh 0755 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:1a09f9f78e47da6f]
+# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:44c17666f7f8a766]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-dflash-training.service 0644 <<'GPUHOSTS_EOF'
-# [content: etc/systemd/system/gpuhosts-dflash-training.service sha256:1e0be9bdac12e129]
+# [content: etc/systemd/system/gpuhosts-dflash-training.service sha256:f95112a32e7e4772]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 [ "$restart" = 0 ] || systemctl daemon-reload

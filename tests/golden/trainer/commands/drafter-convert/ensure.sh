@@ -1,4 +1,72 @@
 # [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=drafter-convert]
+# Content records: what a step wrote, recorded as it wrote it (DIR/.gpuhosts-content, a line per file:
+# "<sha256> <sampled digest> <size> <path>"), so that a refresh checks each file cheaply, by its size and a sampled
+# digest, and `gpuhosts check --deep` whole, by its sha256. gpuhosts' own markers (.gpuhosts-*) are not content.
+
+# sampled_digest FILE — the sha256 of the size and of the first, the middle and the last MiB (the whole file when
+# it is no larger than three): any change of size shows, and any change within the samples; one elsewhere in a
+# multi-GB shard does not, which is what the deep check is for.
+sampled_digest() {
+  local file="$1" size mib=1048576
+  size="$(stat -c %s "$file")"
+  {
+    printf '%s\n' "$size"
+    if [ "$size" -le $((3 * mib)) ]; then
+      cat "$file"
+    else
+      dd if="$file" bs="$mib" count=1 status=none
+      dd if="$file" bs="$mib" count=1 skip=$((size / 2 - mib / 2)) iflag=skip_bytes status=none
+      dd if="$file" bs="$mib" count=1 skip=$((size - mib)) iflag=skip_bytes status=none
+    fi
+  } | sha256sum | cut -c1-16
+}
+
+# listed OK PROBLEM… — OK when there is no problem, else the first three and how many more.
+listed() {
+  local ok="$1"
+  shift
+  if [ "$#" = 0 ]; then
+    printf '%s\n' "$ok"
+    return 0
+  fi
+  local shown=("${@:1:3}") joined
+  joined="$(printf '%s; ' "${shown[@]}")"
+  printf '%s' "${joined%; }"
+  [ "$#" -le 3 ] || printf ' (+%s more)' "$(($# - 3))"
+  printf '\n'
+}
+
+# content_record DIR — DIR/.gpuhosts-content for every file now in DIR.
+content_record() {
+  local dir="$1" path
+  while IFS= read -r -d '' path; do
+    printf '%s %s %s %s\n' "$(sha256sum <"$dir/$path" | cut -c1-64)" "$(sampled_digest "$dir/$path")" \
+      "$(stat -c %s "$dir/$path")" "$path"
+  done < <(cd "$dir" && find . -type f ! -name '.gpuhosts-*' -printf '%P\0' | LC_ALL=C sort -z) \
+    >"$dir/.gpuhosts-content.part"
+  mv -f "$dir/.gpuhosts-content.part" "$dir/.gpuhosts-content"
+}
+
+# content_state DIR [deep] — "as recorded", or which recorded files are gone or differ: by size and sampled digest,
+# or with `deep` by each file's whole sha256. Files added since are not the step's and are not counted.
+content_state() {
+  local dir="$1" deep="${2:-}" sum sampled size path found issues=()
+  [ -d "$dir" ] || { echo missing; return 0; }
+  [ -f "$dir/.gpuhosts-content" ] || { echo "no record"; return 0; }
+  while read -r sum sampled size path; do
+    [ -n "$path" ] || continue
+    if [ ! -f "$dir/$path" ]; then
+      issues+=("$path missing")
+    elif found="$(stat -c %s "$dir/$path")" && [ "$found" != "$size" ]; then
+      issues+=("$path: $found bytes, recorded $size")
+    elif [ -z "$deep" ] && found="$(sampled_digest "$dir/$path")" && [ "$found" != "$sampled" ]; then
+      issues+=("$path: sampled sha256 $found, recorded $sampled")
+    elif [ -n "$deep" ] && found="$(sha256sum <"$dir/$path" | cut -c1-64)" && [ "$found" != "$sum" ]; then
+      issues+=("$path: sha256 ${found:0:16}, recorded ${sum:0:16}")
+    fi
+  done <"$dir/.gpuhosts-content"
+  listed "as recorded" "${issues[@]}"
+}
 # The starting drafter z-lab/Qwen3.6-27B-DFlash as a speculators checkpoint in /data/models/z-lab/Qwen3.6-27B-DFlash.speculators (speculators.convert.convert_model of speculators 0.7.0).
 # Its config.json is checked against the stack first (mask token, layer types, sliding window: read from it where
 # the stack leaves them out), and the converted checkpoint's config after.
@@ -45,6 +113,18 @@ if [ "$(cat "$marker" 2>/dev/null)" = "$want" ] && [ -f "$root$output/config.jso
   fi
 fi
 if [ "$converted" = 1 ]; then
+  case "$(content_state "$root$output")" in
+    "as recorded") ;;
+    "no record")
+      # converted before the record was kept: the marker vouched for the conversion as it is
+      content_record "$root$output"
+      note_change "recorded the content of $output" ;;
+    *)
+      say "$output changed since the conversion ($(content_state "$root$output")); converting again"
+      converted=0 ;;
+  esac
+fi
+if [ "$converted" = 1 ]; then
   say "$output is converted from $want"
 else
   rm -rf "$root$part"
@@ -65,6 +145,7 @@ else
   mv "$root$part" "$root$output"
   sha256sum <"$root$output/config.json" | cut -d' ' -f1 >"$config_record"
   printf '%s\n' "$want" >"$marker"
+  content_record "$root$output"
   note_change "converted $drafter_dir into $output"
 fi
 finish

@@ -19,7 +19,7 @@ install_file /etc/gpuhosts/monitoring/prometheus/file_sd/trainer-training-monito
 # [content: etc/gpuhosts/monitoring/prometheus/file_sd/trainer-training-monitor.json sha256:3564d7aa87ce0688]
 GPUHOSTS_EOF
 install_file /etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-trainer.rules.yml 0644 <<'GPUHOSTS_EOF'
-# [content: etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-trainer.rules.yml sha256:379b3537e4e9ae61]
+# [content: etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-trainer.rules.yml sha256:25e116e0b93e8255]
 GPUHOSTS_EOF
 install_file /etc/gpuhosts/monitoring/prometheus/scrape-trainer.yml 0644 <<'GPUHOSTS_EOF'
 # [content: etc/gpuhosts/monitoring/prometheus/scrape-trainer.yml sha256:d1158db0176ed7a7]

@@ -18,7 +18,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py 0644 <<'GPUH
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:6988d89cdcf5878c]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:26e1d1c373c9b8a4]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py 0644 <<'GPUHOSTS_EOF'
@@ -30,11 +30,11 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py 0644 <<'GPUHOSTS_
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py.sha256 sha256:ac4abfbe6bfd0f88]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py.sha256 sha256:e736894be52e2eca]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py.sha256 sha256:c5fa5b3304ae3591]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py.sha256 sha256:5c61161b9394d6ba]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py 0644 <<'GPUHOSTS_EOF'
@@ -42,7 +42,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py 0644 <<'GPUHO
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html.sha256 sha256:115b0a3cc26ac5c6]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html.sha256 sha256:5128b45c171e0ea6]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-training-monitor.service 0644 <<'GPUHOSTS_EOF'

@@ -4,6 +4,13 @@
 # Layer ids (derived from 64 verifier layers, 5 drafter layers): drafter config
 # [1, 16, 31, 46, 61], trainer [2, 17, 32, 47, 62], server extracts [2, 17, 32, 47, 62, 64].
 set -euo pipefail
+# The unit's ExecStopPost: how the launch ended, in systemd's words, into the log the monitor reads (a run by hand
+# has no such line; the trainer's own lines then tell).
+if [ "${1:-}" = --ended ]; then
+  echo "training launch ended: result=${SERVICE_RESULT:-unknown} exit=${EXIT_CODE:-unknown}/${EXIT_STATUS:-unknown}"
+  exit 0
+fi
+echo "training launch started"
 root="${GPUHOSTS_HOST_ROOT:-}"
 save=/data/checkpoints/Qwen3.6-27B-DFlash
 # probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check that each layer
