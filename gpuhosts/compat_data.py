@@ -17,6 +17,8 @@ from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from gpuhosts.data_files import DATA_LOADER
+
 RULES_FILE = Path(__file__).resolve().parent / "compat-rules.yaml"
 
 
@@ -174,7 +176,7 @@ class ModelFacts:
 @lru_cache(maxsize=4)
 def load_rule_file(path: Path = RULES_FILE) -> RuleFile:
     try:
-        return RuleFile.model_validate(yaml.safe_load(path.read_text()))
+        return RuleFile.model_validate(yaml.load(path.read_text(), Loader=DATA_LOADER))
     except ValidationError as error:
         raise ValueError(f"{path}: {error}") from None
 

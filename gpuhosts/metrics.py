@@ -8,6 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
+
+from gpuhosts.data_files import DATA_LOADER
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 CATALOG_FILE = Path(__file__).resolve().parent / "metrics-catalog.yaml"
@@ -67,6 +69,6 @@ class Catalog(_Row):
 @lru_cache(maxsize=1)
 def catalog() -> Catalog:
     try:
-        return Catalog.model_validate(yaml.safe_load(CATALOG_FILE.read_text()))
+        return Catalog.model_validate(yaml.load(CATALOG_FILE.read_text(), Loader=DATA_LOADER))
     except ValidationError as exc:
         raise ValueError(f"{CATALOG_FILE}: {exc}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from dataclasses import dataclass
@@ -128,18 +129,33 @@ def _install_snippet(file: HostFile) -> str:
     return f"install_file {shlex.quote(file.path)} {file.mode} <<'{HEREDOC_END}'\n{body}{HEREDOC_END}"
 
 
+_OPTIONS = dict(
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    autoescape=False,
+    # Bash's ${#array[@]} would open a Jinja comment.
+    comment_start_string="{{#",
+    comment_end_string="#}}",
+)
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates kept between runs: compiling the templates is most of a plan's own time. Jinja keys each
+    entry by the template's path and the digest of its source, not by the environment's options, so the options'
+    digest goes into the file names. Jinja's default folder is the user's own, 0700, and refused when it is not
+    (`FileSystemBytecodeCache._get_default_cache_dir`); without one, templates are compiled each run."""
+    options = hashlib.sha256(repr(sorted((k, str(v)) for k, v in _OPTIONS.items())).encode()).hexdigest()[:12]
+    try:
+        return jinja2.FileSystemBytecodeCache(pattern=f"__gpuhosts_{options}_%s.cache")
+    except (OSError, RuntimeError):
+        return None
+
+
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-        # Bash's ${#array[@]} would open a Jinja comment.
-        comment_start_string="{{#",
-        comment_end_string="#}}",
-    )
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), bytecode_cache=_bytecode_cache(),
+                             **_OPTIONS)
     env.filters["q"] = _quote
     env.filters["bash_array"] = _bash_array
     env.filters["comment"] = _comment

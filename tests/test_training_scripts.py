@@ -294,7 +294,24 @@ def test_a_data_set_file_lost_is_drift_the_stage_repairs(trained, tmp_path):
     node.path("/data/data/qwen36-mix-913k/shards/train-00001.arrow").unlink()
     facts = node.probe(unit)
     assert {k: v for k, v in facts.items() if unit.desired[k] != v} == {
-        "files of /data/data/qwen36-mix-913k/SHA256SUMS": "1 missing"}
+        "files of /data/data/qwen36-mix-913k/SHA256SUMS": "1 missing",
+        "content of /data/data/qwen36-mix-913k": "shards/train-00001.arrow missing"}
+    assert parse_result(node.apply(unit)).changed
+    assert node.probe(unit) == unit.desired
+
+
+def test_a_staged_shard_rewritten_in_place_is_drift_the_stage_repairs(trained, tmp_path):
+    """A shard of the same size with other bytes (a bad copy back from a backup): the manifest still names it, so
+    only its content says so."""
+    node = Node(tmp_path / "node", trained.values)
+    shutil.copytree(trained.tree, node.tree, symlinks=True)
+    unit = node.unit("dataset-qwen36-mix-913k")
+    shard = node.path("/data/data/qwen36-mix-913k/shards/train-00001.arrow")
+    shard.write_bytes(bytes(b ^ 0xFF for b in shard.read_bytes()))
+    facts = node.probe(unit)
+    drift = {k: v for k, v in facts.items() if unit.desired[k] != v}
+    assert list(drift) == ["content of /data/data/qwen36-mix-913k"], drift
+    assert drift["content of /data/data/qwen36-mix-913k"].startswith("shards/train-00001.arrow: sampled sha256")
     assert parse_result(node.apply(unit)).changed
     assert node.probe(unit) == unit.desired
 

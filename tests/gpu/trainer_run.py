@@ -83,10 +83,13 @@ def layout(bundle_dir: Path, wheels: Path | None, speculators_venv: str | None, 
     shutil.copytree(bundle_dir / "speculators-src", SPEC_SRC, dirs_exist_ok=True)
     # The check needs no package (any Python 3); the monitor needs Flask, which the wheels bring into the
     # speculators environment.
+    # Wrappers, not links: a link to a virtual environment's python finds no pyvenv.cfg beside itself and runs as
+    # the base interpreter, without the environment's packages.
     for python, target in ((VLLM_PYTHON, sys.executable), (MONITOR_PYTHON, SPEC_VENV / "bin/python")):
         python.parent.mkdir(parents=True, exist_ok=True)
         python.unlink(missing_ok=True)
-        python.symlink_to(target)
+        python.write_text(f'#!/bin/sh\nexec {shlex.quote(str(target))} "$@"\n')
+        python.chmod(0o755)
     host = bundle_dir / "plan/hosts/trainer"
     for tree in ("opt/gpuhosts/training", "opt/gpuhosts/monitor/app", "usr/local/lib/gpuhosts"):
         shutil.copytree(host / tree, Path("/") / tree, dirs_exist_ok=True)
@@ -195,15 +198,19 @@ def main() -> int:
             smoke_passed(Path(bundle["launchScript"]))
         for end in args.ends:
             say(f"6. the launch script, appending to the log as its unit does (the run is to end {end})")
-            returncode = launch_once(bundle, end, env, args.limit_s, args.at_step)
+            ended = out / end
+            ended.mkdir(exist_ok=True)
+            try:
+                returncode = launch_once(bundle, end, env, args.limit_s, args.at_step)
+            finally:
+                if log.exists():
+                    shutil.copy(log, ended / "train.log")
             say(f"7. the monitor as its unit starts it ({end})")
             command, workdir = unit_exec(bundle_dir / "plan/hosts/trainer" / bundle["monitorUnit"])
             monitor = subprocess.Popen(command, cwd=workdir, stdout=open(logs / "monitor.log", "ab"),
                                        stderr=subprocess.STDOUT, env=env)
             port = command[command.index("--port") + 1]
             wait_for(f"http://127.0.0.1:{port}/healthz", 60, monitor)
-            ended = out / end
-            ended.mkdir(exist_ok=True)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as response:
                 (ended / "status.json").write_bytes(response.read())
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
@@ -215,11 +222,6 @@ def main() -> int:
             collect(bundle, ended, python)
             results[end] = {"launch": returncode,
                             "state": json.loads((ended / "status.json").read_text())["training"]["state"]}
-            # the next run starts afresh (a run resuming from this one's last checkpoint would have nothing to do);
-            # the smoke run's marker stays, as on a node whose smoke run passed once
-            shutil.rmtree(checkpoints)
-            checkpoints.mkdir()
-            log.unlink()
     finally:
         for process in (monitor, standin):
             if process is not None:
@@ -246,7 +248,10 @@ def launch_once(bundle: dict, end: str, env: dict, limit_s: float, at_step: int)
     unit's ExecStopPost with the variables systemd gives it (systemd.exec(5): SERVICE_RESULT, EXIT_CODE,
     EXIT_STATUS)."""
     checkpoints, log = Path(bundle["checkpoints"]), Path(bundle["log"])
-    checkpoints.mkdir(parents=True, exist_ok=True)
+    # a fresh run: one that found an earlier run's last checkpoint would resume it with nothing left to do
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    checkpoints.mkdir(parents=True)
+    log.unlink(missing_ok=True)
     # systemd gives a service neither a terminal nor these
     service_env = {k: v for k, v in env.items() if k not in ("PYTHONUNBUFFERED", "TERM", "COLUMNS")}
     started = time.monotonic()

@@ -16,6 +16,9 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.stacks import validate_stack
+
 HOST_TYPE = "gpuhosts:host:ProxmoxHost"
 FLAT_UNIT_TYPE = "pulumi-python:dynamic:Resource"
 
@@ -129,3 +132,11 @@ RENAMES = [
     Rename("units replaced (--replace)", lambda bed: bed.program(),
            replace=("vfio-binding", "nvidia-driver", "ct129-gpu-devices", "ct129-nvidia-userspace")),
 ]
+
+
+def rewritten(old_values: dict, new_values: dict) -> dict[str, set[str]]:
+    """The units whose declared state the change of values moves, each with the paths of the files it writes: what
+    an `up` must change on the host. Read from the plans, never listed: a host's name is a label on its metrics."""
+    old, new = (plan_host(validate_stack(values, {"sshPrivateKey"})).units for values in (old_values, new_values))
+    return {key: {file.path.lstrip("/") for file in new[key].files}
+            for key in old.keys() & new.keys() if old[key].desired != new[key].desired}

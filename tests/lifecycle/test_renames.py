@@ -9,9 +9,7 @@ from __future__ import annotations
 import pytest
 
 from fakehost.tree import OWNER_RECORDS, tree_listing, volatile
-from gpuhosts.plans.proxmox_host import plan_host
-from gpuhosts.stacks import validate_stack
-from lifecycle.renames import RENAMES
+from lifecycle.renames import RENAMES, rewritten
 from sshhost.bed import Bed
 
 
@@ -21,14 +19,6 @@ def template(tmp_path_factory):
     bed.up()
     yield bed
     bed.close()
-
-
-def rewritten(old_values: dict, new_values: dict) -> dict[str, set[str]]:
-    """The units whose declared state the change of values moves, each with the paths of the files it writes: what
-    an `up` must change on the host. Read from the plans, never listed: a host's name is a label on its metrics."""
-    old, new = (plan_host(validate_stack(values, {"sshPrivateKey"})).units for values in (old_values, new_values))
-    return {key: {file.path.lstrip("/") for file in new[key].files}
-            for key in old.keys() & new.keys() if old[key].desired != new[key].desired}
 
 
 @pytest.mark.parametrize("rename", RENAMES, ids=lambda r: r.name)
