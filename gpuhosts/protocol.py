@@ -87,3 +87,9 @@ def tail(text: str, lines: int = 20, limit: int = 4000) -> str:
     kept = (text or "").rstrip().splitlines()[-lines:]
     joined = "\n".join(kept)
     return joined if len(joined) <= limit else "…" + joined[-limit:]
+
+
+# How long a unit waits for a lock another gpuhosts operation holds (apt, uv, a container's start) before it fails:
+# longer than the slowest step that holds one (a driver's DKMS build, an engine's environment), short enough that a
+# lock left by a hung process ends in an error, not a converge that never returns.
+LOCK_TIMEOUT_S = 1800

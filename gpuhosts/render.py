@@ -163,7 +163,8 @@ def _environment() -> jinja2.Environment:
     env.filters["systemd"] = _systemd
     env.globals["install"] = _install_snippet
     env.globals.update(result_prefix=protocol.RESULT_PREFIX, facts_prefix=protocol.FACTS_PREFIX,
-                       lock_wait_prefix=protocol.LOCK_WAIT_PREFIX, no_change_result=protocol.Result(False).line())
+                       lock_wait_prefix=protocol.LOCK_WAIT_PREFIX, no_change_result=protocol.Result(False).line(),
+                       lock_timeout_s=protocol.LOCK_TIMEOUT_S)
     return env
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from gpuhosts.fields import HF_REPO, HF_REVISION as REVISION, binds_meet, did_you_mean, ip_address, safe_directory
+from gpuhosts.fields import HF_REPO, HF_REVISION as REVISION, binds_meet, did_you_mean, ip_address, is_loopback, safe_directory
 from gpuhosts.config import (
     NAMESPACE,
     PCI_ADDRESS,
@@ -476,6 +476,12 @@ def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackCon
         problems.extend(_gateway_problems(index, service, vmids, secret_keys))
         if service.api_key_secret is not None and service.api_key_secret not in secret_keys:
             add(index, "apiKeySecret", unset_secret(service.api_key_secret, secret_keys))
+        if service.api_key_secret is None and not is_loopback(service.bind):
+            # as the monitor and the gateway are held: an open engine beyond loopback runs anyone's prompts on the
+            # GPUs, and its admin endpoints (weights, cache, profiling) are open with it
+            add(index, "apiKeySecret", f"is required: bind {service.bind} listens beyond this machine, and without "
+                "a key anyone who reaches the port uses the engine; name a secret stack key (`pulumi config set "
+                "--secret gpuhosts:llmApiKey …`, apiKeySecret: llmApiKey), or bind 127.0.0.1")
         drafter = service.speculative.drafter
         if drafter is not None and drafter.gated and "hfToken" not in secret_keys:
             add(index, "speculative.drafter.gated", f"{drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=dflash-training]
+# [templates/common/lib.sh.j2 sha256:b928f1b8645e0e07 unit=dflash-training]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # torchrun on GPUs [4, 5, 6, 7]; checkpoints in /data/checkpoints/Qwen3.6-27B-DFlash.
 unit_name=gpuhosts-dflash-training.service

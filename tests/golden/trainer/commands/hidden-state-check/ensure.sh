@@ -1,5 +1,5 @@
-# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=hidden-state-check]
-# Pre-flight after the hidden-state server (step b301b9162582d12e) starts: refuse to train on states of which
+# [templates/common/lib.sh.j2 sha256:b928f1b8645e0e07 unit=hidden-state-check]
+# Pre-flight after the hidden-state server (step 09cc9c5c59f002bd) starts: refuse to train on states of which
 # a layer is all zero or not finite.
 # probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check that each layer
 # it extracts (2,17,32,47,62,64) is non-zero and finite in what it wrote. Shared by the pre-flight step and

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:3b27c3e384219fa3 unit=hidden-state-server]
+# [templates/common/lib.sh.j2 sha256:b928f1b8645e0e07 unit=hidden-state-server]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # The hidden-state server on GPUs [0, 1, 2, 3].
 unit_name=gpuhosts-hidden-state-server.service
