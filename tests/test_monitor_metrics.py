@@ -91,3 +91,49 @@ def test_metrics_need_the_token_like_every_page(tmp_path, health_server):
     client = app_for(tmp_path, TRAINING / "speculators-0.9.0-fresh.log", health_server.url, token="t0k3n").test_client()
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer t0k3n"}).status_code == 200
+
+
+# How a run ends, from logs of speculators 0.7.0's scripts/train.py under the rendered launch script and torchrun,
+# captured on one NVIDIA H100 (driver 580.159.04; tests/fixtures/training/README.md): the run to its end, its
+# training worker killed by SIGKILL at step 11, and `systemctl stop` (SIGTERM to the unit's processes) at step 9.
+# Read just after the end and three hours later: an ended run is never stalled.
+ENDS = {
+    "speculators-0.7.0-h100-finished.log": dict(
+        state="finished", gauges={"finished": 1.0, "failed": 0.0, "interrupted": 0.0},
+        training={"step": 72, "progress": 1.0, "epoch": 2, "epochs_total": 2, "eta_s": 0,
+                  "launch_end": {"result": "success", "code": "exited", "status": "0", "line": 1848}}),
+    "speculators-0.7.0-h100-killed.log": dict(
+        state="failed", gauges={"finished": 0.0, "failed": 1.0, "interrupted": 0.0},
+        training={"step": 11, "epoch": 1, "epochs_total": 2, "eta_s": None},
+        failure={"step": 11, "exitcode": "-9", "rank": "0",
+                 "summary": "rank 0 died at step 11, exit code -9: Signal 9 (SIGKILL) received by PID 1009"}),
+    "speculators-0.7.0-h100-interrupted.log": dict(
+        state="interrupted", gauges={"finished": 0.0, "failed": 0.0, "interrupted": 1.0},
+        training={"step": 9, "epoch": 1, "epochs_total": 2, "eta_s": None}),
+}
+
+
+@pytest.mark.parametrize("age", [5, 3 * 3600])
+@pytest.mark.parametrize("name", ENDS)
+def test_a_run_that_ended_is_shown_as_it_ended_never_stalled(tmp_path, health_server, name, age):
+    want = ENDS[name]
+    samples, status = scrape(tmp_path, TRAINING / name, health_server.url, age)
+    training = status["training"]
+    assert training["state"] == want["state"]
+    assert samples[("gpuhosts_training_stalled", ())] == 0.0
+    assert {gauge: samples[(f"gpuhosts_training_{gauge}", ())] for gauge in want["gauges"]} == want["gauges"]
+    assert {key: training[key] for key in want["training"]} == want["training"]
+    if "failure" in want:
+        assert {key: training["failure"][key] for key in want["failure"]} == want["failure"]
+    else:
+        assert training["failure"] is None
+
+
+def test_a_new_launch_clears_how_the_last_one_ended(tmp_path, health_server):
+    """systemd starts the unit again after a failure (Restart=on-failure): the launch's first line ends the
+    failure, and the run shows as running again, not failed."""
+    log = tmp_path / "train.log"
+    log.write_text((TRAINING / "speculators-0.7.0-h100-killed.log").read_text() + "training launch started\n")
+    samples, status = scrape(tmp_path, log, health_server.url, 5)
+    assert status["training"]["failure"] is None and samples[("gpuhosts_training_failed", ())] == 0.0
+    assert status["training"]["state"] == "running"

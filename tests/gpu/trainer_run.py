@@ -270,8 +270,12 @@ def launch_once(bundle: dict, end: str, env: dict, limit_s: float, at_step: int)
                     say(f"SIGKILL to the training worker {worker}")
                     os.kill(worker, signal.SIGKILL)
                 else:
-                    say("SIGTERM to the unit's processes")
-                    os.killpg(launch.pid, signal.SIGTERM)
+                    say("SIGTERM to the unit's processes, as systemctl stop sends it (KillMode=control-group)")
+                    for pid in [launch.pid, *descendants(launch.pid)]:
+                        try:
+                            os.kill(pid, signal.SIGTERM)
+                        except ProcessLookupError:
+                            pass
                     stopped = True
                 returncode = launch.wait(timeout=300)
         except subprocess.TimeoutExpired:
@@ -320,25 +324,37 @@ def wait_for_steps(log: Path, offset: int, steps: int, launch: subprocess.Popen,
     raise SystemExit(f"no step {steps} in {limit_s} s")
 
 
-def training_worker(session: int) -> int:
-    """The pid of the training worker torchrun started (not torchrun, not a data loader worker it forked)."""
-    def cmdline(pid: str) -> list[str]:
-        try:
-            return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            return []
-
+def processes() -> dict[int, tuple[int, list[str]]]:
+    """pid: (parent pid, argv) of every process there is."""
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.getsid(int(pid)) != session:
-                continue
-            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
-        except OSError:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, IndexError, ValueError):
             continue
-        words = cmdline(pid)
-        if any(w.endswith("scripts/train.py") for w in words) and not any(w.endswith("torchrun") for w in words) \
-                and any(w.endswith("torchrun") for w in cmdline(parent)):
-            return int(pid)
+        found[int(pid)] = (parent, argv)
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`: what the unit's control group holds beside it (torchrun starts its workers in
+    sessions of their own, so the launch's process group does not reach them; systemd's KillMode=control-group
+    does)."""
+    table, found, frontier = processes(), [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, (ppid, _argv) in table.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def training_worker(torchrun: int) -> int:
+    """The pid of the training worker torchrun started (not a data loader worker it forked)."""
+    for pid, (parent, argv) in processes().items():
+        if parent == torchrun and any(word.endswith("scripts/train.py") for word in argv):
+            return pid
     raise SystemExit("no training worker under torchrun")
 
 
