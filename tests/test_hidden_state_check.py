@@ -130,9 +130,33 @@ def test_check_response_reads_the_named_file_and_removes_it_and_its_lock(tmp_pat
     (tmp_path / "data/hidden_states/req-7.safetensors.lock").write_text("")
     response = tmp_path / "response.json"
     response.write_text(_json.dumps({"kv_transfer_params": {"hidden_states_path": "/data/hidden_states/req-7.safetensors"}}))
-    reports, problems = check_response(response, str(tmp_path), 5)
+    reports, problems = check_response(response, str(tmp_path), 5, states_dir="/data/hidden_states")
     assert problems == [] and reports
     assert list(target.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("named", [
+    "/etc/shadow",                                       # whoever answers on the port names a file root removes
+    "/data/hidden_states/../../etc/shadow.safetensors",  # climbing out
+    "/data/hidden_states/planted.safetensors",           # a link inside the folder to a file outside it
+    "/data/hidden_states/notes.txt",                     # not the server's kind of file
+])
+def test_a_response_naming_a_file_outside_the_servers_folder_removes_nothing(tmp_path, named):
+    """The attack first: before the check was confined, each of these names was read and then deleted as root."""
+    victim = tmp_path / "etc/shadow"
+    victim.parent.mkdir(parents=True)
+    victim.write_text("root:x:secret\n")
+    (tmp_path / "etc/shadow.safetensors").write_text("x")
+    states = tmp_path / "data/hidden_states"
+    states.mkdir(parents=True)
+    (states / "planted.safetensors").symlink_to(victim)
+    (states / "notes.txt").write_text("keep\n")
+    response = tmp_path / "response.json"
+    response.write_text(_json.dumps({"kv_transfer_params": {"hidden_states_path": named}}))
+    with pytest.raises(ValueError, match="not a .safetensors file inside the server's"):
+        check_response(response, str(tmp_path), 1, states_dir="/data/hidden_states")
+    assert victim.read_text() == "root:x:secret\n"
+    assert (tmp_path / "etc/shadow.safetensors").exists() and (states / "notes.txt").exists()
 
 
 def test_stale_locks_are_swept_and_live_ones_kept(tmp_path):

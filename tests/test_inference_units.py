@@ -111,7 +111,7 @@ def test_no_secret_in_any_rendered_file():
 
 
 def test_without_api_key_there_is_no_environment_file():
-    (service,) = kpro5_services(lambda raw: (raw.pop(1), raw[0].pop("apiKeySecret")))
+    (service,) = kpro5_services(lambda raw: (raw.pop(1), raw[0].pop("apiKeySecret"), raw[0].update(bind="127.0.0.1")))
     assert "EnvironmentFile" not in render_service(service, kpro5_stack()).unit.content
 
 

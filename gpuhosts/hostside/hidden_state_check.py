@@ -244,10 +244,23 @@ def sweep_locks(directory: Path) -> int:
     return removed
 
 
-def check_response(response_file: Path, root: str, timeout_s: float,
-                   layers: tuple[int, ...] = ()) -> tuple[list[TensorReport], list[str]]:
-    """Read the file a probe's response names (under `root`, the node's file system), once written; remove it."""
-    path = Path(root + hidden_states_path(json.loads(response_file.read_text())))
+def confined(named: str, root: str, states_dir: str) -> Path:
+    """The file a response names, as long as it is a .safetensors file inside the server's own folder: whoever
+    answers on the server's port chooses the name, and this check runs as root and removes the file."""
+    folder = Path(os.path.realpath(root + states_dir))
+    path = Path(root + named)
+    resolved = Path(os.path.realpath(path))
+    if path.is_symlink() or resolved.suffix != ".safetensors" or folder not in resolved.parents:
+        raise ValueError(f"the response names {named!r}, not a .safetensors file inside the server's "
+                         f"--hidden-states-path {states_dir}: nothing of it is read or removed")
+    return resolved
+
+
+def check_response(response_file: Path, root: str, timeout_s: float, layers: tuple[int, ...] = (),
+                   states_dir: str = "") -> tuple[list[TensorReport], list[str]]:
+    """Read the file a probe's response names (under `root`, the node's file system) once written, and remove it;
+    only a file inside `states_dir`, the server's own folder."""
+    path = confined(hidden_states_path(json.loads(response_file.read_text())), root, states_dir)
     try:
         with written(path, timeout_s):
             return check([path], layers)
@@ -260,6 +273,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("files", nargs="*", type=Path, help="safetensors files to check as they are")
     parser.add_argument("--response", type=Path, help="a completion response naming the file the server writes")
     parser.add_argument("--root", default="", help="where the node's file system is mounted (tests)")
+    parser.add_argument("--states-dir", help="the server's --hidden-states-path: a response may name "
+                                                          "only a file inside it")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server's writer")
     parser.add_argument("--sweep", type=Path, help="directory whose stale .safetensors.lock files to remove")
     parser.add_argument("--layers", default="", help="the layer ids the server extracts, in its order "
@@ -273,9 +288,11 @@ def main(argv: list[str]) -> int:
         swept = sweep_locks(args.sweep)
         if swept:
             print(f"hidden-state check: removed {swept} stale lock file(s) under {args.sweep}")
+    if args.response is not None and not args.states_dir:
+        parser.error("--response needs --states-dir, the server's --hidden-states-path")
     try:
         if args.response is not None:
-            reports, problems = check_response(args.response, args.root, args.timeout, layers)
+            reports, problems = check_response(args.response, args.root, args.timeout, layers, args.states_dir)
         else:
             reports, problems = check(args.files, layers)
     except (OSError, ValueError, TimeoutError) as error:

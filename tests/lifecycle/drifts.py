@@ -96,7 +96,7 @@ ROOT = '"${GPUHOSTS_HOST_ROOT:-}"'
 SGLANG_VENV = "/opt/gpuhosts/qwen-sglang/venv"
 QWEN, DRAFTER = "/srv/models/Qwen3.6-27B", "/srv/models/Qwen3.6-27B-DFlash"
 CONVERTED = "/data/models/z-lab/Qwen3.6-27B-DFlash.speculators"
-TOKENIZED = "/data/data/qwen36-mix-913k/tokenized"
+STAGED = "/data/data/qwen36-mix-913k"
 # A byte of the middle shard that none of the refresh's three sampled MiB covers (the shard is 4.5 MiB).
 FLIPPED_SHARD, FLIPPED_AT = "model-00002-of-00003.safetensors", 1280 * 1024
 
@@ -186,12 +186,12 @@ DRIFTS = [
                   f'"$GPUHOSTS_HOST_ROOT{CONVERTED}/config.json"'),
           {"drafter-convert": f'facts["converted config {CONVERTED}/config.json"]'},
           names={"drafter-convert": "edited since the conversion"}),
-    # What prepare_data.py wrote, checked by content: a shard cut short (a disk that filled while copying it back)
-    # is seen on the refresh, and the data set's ensure tokenizes again.
-    Drift("a tokenized data set shard cut short", "trainer",
-          on_host(f'for f in "$GPUHOSTS_HOST_ROOT{TOKENIZED}"/*.arrow; do truncate -s -16 "$f"; break; done'),
-          {"dataset-qwen36-mix-913k": f'facts["content of {TOKENIZED}"]'},
-          names={"dataset-qwen36-mix-913k": "bytes, recorded"}),
+    # A staged shard checked by content: cut short (a disk that filled while copying it back), it is seen on the
+    # refresh although the manifest still names it, and the data set's ensure fetches it again.
+    Drift("a staged data set shard cut short", "trainer",
+          on_host(f'truncate -s -16 "$GPUHOSTS_HOST_ROOT{STAGED}/shards/train-00001.arrow"'),
+          {"dataset-qwen36-mix-913k": f'facts["content of {STAGED}"]'},
+          names={"dataset-qwen36-mix-913k": "shards/train-00001.arrow: "}),
     # gpuhosts:monitoring.filesDir of the committed stacks (the default); the rule file a Prometheus loads.
     Drift("the alert rule file deleted", "trainer",
           on_host('rm "$GPUHOSTS_HOST_ROOT/etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-trainer.rules.yml"'),

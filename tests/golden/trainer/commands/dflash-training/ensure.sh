@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:b928f1b8645e0e07 unit=dflash-training]
+# [templates/common/lib.sh.j2 sha256:6fd284271a879c91 unit=dflash-training]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # torchrun on GPUs [4, 5, 6, 7]; checkpoints in /data/checkpoints/Qwen3.6-27B-DFlash.
 unit_name=gpuhosts-dflash-training.service
@@ -11,7 +11,7 @@ mkdir -p "$root"/data/checkpoints/Qwen3.6-27B-DFlash
 systemd_repair "$unit_name"
 [ "$systemd_repaired" = 0 ] || restart=1
 install_file /opt/gpuhosts/training/train_dflash_qwen36.sh 0755 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:44c17666f7f8a766]
+# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:ffe6ccc809301c7a]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-dflash-training.service 0644 <<'GPUHOSTS_EOF'

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:b928f1b8645e0e07 unit=dflash-training]
+# [templates/common/lib.sh.j2 sha256:6fd284271a879c91 unit=dflash-training]
 # Stop and remove gpuhosts-dflash-training.service; checkpoints stay unless trainingCheckpoints say otherwise.
 unit_name=gpuhosts-dflash-training.service
 if systemctl is-active --quiet "$unit_name"; then

@@ -1,5 +1,5 @@
-# [templates/common/lib.sh.j2 sha256:b928f1b8645e0e07 unit=hidden-state-check]
-# Pre-flight after the hidden-state server (step 09cc9c5c59f002bd) starts: refuse to train on states of which
+# [templates/common/lib.sh.j2 sha256:6fd284271a879c91 unit=hidden-state-check]
+# Pre-flight after the hidden-state server (step baa191a4874e28c8) starts: refuse to train on states of which
 # a layer is all zero or not finite.
 # probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check that each layer
 # it extracts (2,17,32,47,62,64) is non-zero and finite in what it wrote. Shared by the pre-flight step and
@@ -21,7 +21,7 @@ probe_hidden_states() {
   # stale locks of files already gone are swept.
   local status=0
   "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py --response "$response" --root "$root" \
-    --timeout "$write_timeout_s" --sweep "$states" --layers 2,17,32,47,62,64 || status=$?
+    --states-dir "$states_dir" --timeout "$write_timeout_s" --sweep "$states" --layers 2,17,32,47,62,64 || status=$?
   rm -f "$response"
   return "$status"
 }

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:b928f1b8645e0e07 unit=hidden-state-server]
+# [templates/common/lib.sh.j2 sha256:6fd284271a879c91 unit=hidden-state-server]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # The hidden-state server on GPUs [0, 1, 2, 3].
 unit_name=gpuhosts-hidden-state-server.service
@@ -14,7 +14,7 @@ install_file /etc/systemd/system/gpuhosts-hidden-state-server.service 0644 <<'GP
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/check-hidden-states.py 0755 <<'GPUHOSTS_EOF'
-# [content: usr/local/lib/gpuhosts/check-hidden-states.py.sha256 sha256:48ce6c97c616cc5a]
+# [content: usr/local/lib/gpuhosts/check-hidden-states.py.sha256 sha256:a8de22387231097c]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 [ "$restart" = 0 ] || systemctl daemon-reload

@@ -33,7 +33,7 @@ probe_hidden_states() {
   # stale locks of files already gone are swept.
   local status=0
   "$root"/opt/gpuhosts/vllm/venv/bin/python "$root"/usr/local/lib/gpuhosts/check-hidden-states.py --response "$response" --root "$root" \
-    --timeout "$write_timeout_s" --sweep "$states" --layers 2,17,32,47,62,64 || status=$?
+    --states-dir "$states_dir" --timeout "$write_timeout_s" --sweep "$states" --layers 2,17,32,47,62,64 || status=$?
   rm -f "$response"
   return "$status"
 }
