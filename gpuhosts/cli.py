@@ -9,7 +9,9 @@ import re
 import sys
 from pathlib import Path
 
-from gpuhosts import exit_codes
+from gpuhosts import bench_cli, exit_codes
+from gpuhosts import check as live_check
+from gpuhosts import diff
 from gpuhosts.config import ConfigError
 from gpuhosts.plan import PlanError, write_plan
 from gpuhosts.render import PROJECT_ROOT, TemplateError
@@ -46,21 +48,11 @@ def _main(argv: list[str] | None = None) -> int:
                         "(exit 0 no change, 3 changes, 2 invalid input, 1 error)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["diff"]:
-        from gpuhosts import diff
         return diff.main(argv[1:], STACK_NAME)
-    # The commands that reach hosts import SSH and the provider: only when one of them runs (or help is asked
-    # for), so that `plan` does not pay for them.
-    live_check = bench_cli = None
-    if not argv or argv[0] in ("check", "bench", "-h", "--help"):
-        # `gpuhosts check STACK`: the units' probes on the live host, drift reported (gpuhosts/check.py).
-        from gpuhosts import check as live_check
-        # `gpuhosts bench STACK NAME`: a declared benchmark measured again now (gpuhosts/bench_cli.py).
-        from gpuhosts import bench_cli
-        live_check.add_subparser(commands)
-        bench_cli.add_subparser(commands)
-    else:
-        commands.add_parser("check", add_help=False, help="run every unit's probe on the live host")
-        commands.add_parser("bench", add_help=False, help="measure a declared benchmark again")
+    # `gpuhosts check STACK`: the units' probes on the live host, drift reported (gpuhosts/check.py).
+    live_check.add_subparser(commands)
+    # `gpuhosts bench STACK NAME`: a declared benchmark measured again now (gpuhosts/bench_cli.py).
+    bench_cli.add_subparser(commands)
     args = parser.parse_args(argv)
     if args.command == "check":
         return live_check.run(args, STACK_NAME)

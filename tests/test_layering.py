@@ -35,7 +35,7 @@ PROJECT_MODULES = sorted([*PURE, *(ROOT / "components").glob("*.py"), *(ROOT / "
 # Lowest first. A name ending in ".*" is a package with everything in it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("hostside", ("gpuhosts.hostside.*",)),
-    ("base", ("gpuhosts", "gpuhosts.exit_codes", "gpuhosts.oplog", "gpuhosts.protocol", "gpuhosts.render", "gpuhosts.fields", "gpuhosts.ssh", "gpuhosts.paths",
+    ("base", ("gpuhosts", "gpuhosts.data_files", "gpuhosts.exit_codes", "gpuhosts.oplog", "gpuhosts.protocol", "gpuhosts.render", "gpuhosts.fields", "gpuhosts.ssh", "gpuhosts.paths",
               "gpuhosts.compat_data", "gpuhosts.dataset_size", "gpuhosts.config", "gpuhosts.services", "gpuhosts.training", "gpuhosts.units",
               "gpuhosts.facts", "gpuhosts.locks", "gpuhosts.envspec", "gpuhosts.resource_tree", "gpuhosts.metrics")),
     ("engines", ("gpuhosts.engines.*",)),

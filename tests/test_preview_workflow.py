@@ -1,7 +1,8 @@
 """The pull-request preview (.github/workflows/preview.yml): valid for GitHub's workflow schema and, where it is
 installed, for actionlint; its shell steps shellcheck-clean and run here against a stand-in `gpuhosts`; the
-credential-free job free of secrets on a GitHub-hosted runner; the pulumi job gated on the secrets and on the pull
-request's own repository, on a self-hosted runner its repository variable chooses; every action pinned by the full
+credential-free job free of secrets on a GitHub-hosted runner; the pulumi job, which runs the pull request's code
+with the stack's secrets, held behind an environment whose reviewers approve each run, only for the pull request's
+own repository, on an ephemeral self-hosted runner its repository variable chooses; every action pinned by the full
 commit of a release named beside it; and the comment script (.github/scripts/preview-comment.js) run under node against
 a stand-in `github` object."""
 
@@ -83,7 +84,7 @@ BROKEN = {
     "a step with both run and uses": ("      - name: Build the Pulumi CLI (make pulumi)\n",
                                       "      - name: Build the Pulumi CLI (make pulumi)\n        uses: actions/x@v1.0.0\n"),
     "a misspelt permission": ("      pull-requests: write\n", "      pull-request: write\n"),
-    "an unknown job key": ("    timeout-minutes: 5\n", "    timeout-minute: 5\n"),
+    "an unknown job key": ("    timeout-minutes: 30\n", "    timeout-minute: 30\n"),
 }
 
 
@@ -140,7 +141,7 @@ def contexts(condition: str) -> set[str]:
     return set(re.findall(r"(?<![\w.-])([A-Za-z_][\w-]*)\.", re.sub(r"'[^']*'", "''", condition)))
 
 
-CONDITIONS = {"needs.pulumi-gate.outputs.ready == 'true' && " + SAME_REPOSITORY: {"needs", "github"},
+CONDITIONS = {"needs.gpuhosts-diff.result == 'success' && " + SAME_REPOSITORY: {"needs", "github"},
               "secrets.PULUMI_BACKEND_URL != ''": {"secrets"},
               "env.HAS_SECRETS == 'true'": {"env"},
               "github.actor != 'dependabot[bot]' && vars.X == 'a.b'": {"github", "vars"}}
@@ -240,43 +241,50 @@ def test_the_comment_step_hands_the_preview_to_the_comment_script(workflow):
 
 # --- the pulumi job -----------------------------------------------------------------------------------------------
 
-def test_the_gate_reads_whether_each_secret_is_set_never_its_value(workflow):
-    gate = workflow["jobs"]["pulumi-gate"]
-    assert gate["if"] == SAME_REPOSITORY
-    assert gate["permissions"] == {}
-    check = step(gate, step_id="secrets")
-    assert {k: v for k, v in check["env"].items() if k != "RUNNER_LABELS"} == {
-        "HAS_BACKEND_URL": "${{ secrets.PULUMI_BACKEND_URL != '' }}",
-        "HAS_PASSPHRASE": "${{ secrets.PULUMI_CONFIG_PASSPHRASE != '' }}"}
-    assert "secrets." not in check["env"]["RUNNER_LABELS"]
-    assert gate["outputs"] == {"ready": "${{ steps.secrets.outputs.ready }}"}
+LIVE_ENVIRONMENT = "live-preview"
+
+
+def test_the_live_job_gets_its_secrets_only_from_an_environment_a_reviewer_approves(workflow):
+    """The attack: a branch that changes the provider's read to run commands as root, or to print the decrypted
+    SSH key, previewed with the production passphrase before anyone read it. GitHub hands an environment's secrets
+    to a job only after its required reviewers approved that job of that run."""
+    job = workflow["jobs"]["pulumi-preview"]
+    assert job["environment"] == LIVE_ENVIRONMENT
+    assert job["needs"] == "gpuhosts-diff", "the reviewer sees the credential-free diff first"
+    assert job["if"] == SAME_REPOSITORY
+    assert job["permissions"] == {"contents": "read"}
+    # no other job reads a secret, so none runs code with one before the approval
+    for name, other in workflow["jobs"].items():
+        if name != "pulumi-preview":
+            assert not [s for s in strings(other) if "secrets." in s], name
+
+
+def test_the_secrets_check_reads_whether_each_is_set_and_every_later_step_waits_for_it(workflow):
+    job = workflow["jobs"]["pulumi-preview"]
+    check = step(job, step_id="secrets")
+    assert job["steps"][0] is check
+    assert check["env"] == {"HAS_BACKEND_URL": "${{ secrets.PULUMI_BACKEND_URL != '' }}",
+                            "HAS_PASSPHRASE": "${{ secrets.PULUMI_CONFIG_PASSPHRASE != '' }}"}
+    for later in job["steps"][1:]:
+        assert "steps.secrets.outputs.ready == 'true'" in later.get("if", ""), later.get("name") or later["uses"]
 
 
 GATE = {"both set": ("true", "true", "true"), "no backend URL": ("false", "true", "false"),
-        "no passphrase": ("true", "false", "false"), "neither (a fork, Dependabot)": ("false", "false", "false")}
+        "no passphrase": ("true", "false", "false"), "neither": ("false", "false", "false")}
 
 
 @pytest.mark.parametrize("case", GATE, ids=list(GATE))
-def test_the_gate_is_ready_only_with_both_secrets(case, workflow, tmp_path):
+def test_the_preview_runs_only_with_both_secrets(case, workflow, tmp_path):
     backend, passphrase, ready = GATE[case]
     script = tmp_path / "step.sh"
-    script.write_text(step(workflow["jobs"]["pulumi-gate"], step_id="secrets")["run"])
+    script.write_text(step(workflow["jobs"]["pulumi-preview"], step_id="secrets")["run"])
     output = tmp_path / "github_output"
     env = {"PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(output), "HAS_BACKEND_URL": backend,
-           "HAS_PASSPHRASE": passphrase, "RUNNER_LABELS": '["self-hosted", "gpuhosts"]'}
+           "HAS_PASSPHRASE": passphrase}
     result = subprocess.run(["bash", "-e", str(script)], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert output.read_text() == f"ready={ready}\n"
-    assert ("PULUMI_BACKEND_URL and PULUMI_CONFIG_PASSPHRASE" in result.stdout) == (ready == "false")
-    assert ('on a self-hosted runner labelled ["self-hosted", "gpuhosts"]' in result.stdout) == (ready == "true")
-
-
-def test_the_pulumi_job_runs_only_past_the_gate_and_in_this_repository(workflow):
-    job = workflow["jobs"]["pulumi-preview"]
-    assert job["needs"] == "pulumi-gate"
-    assert [part.strip() for part in job["if"].split("&&")] == [
-        "needs.pulumi-gate.outputs.ready == 'true'", SAME_REPOSITORY]
-    assert job["permissions"] == {"contents": "read"}
+    assert (f"in the environment {LIVE_ENVIRONMENT}" in result.stdout) == (ready == "false")
 
 
 # The labels of GitHub-hosted runners (docs.github.com, "GitHub-hosted runners": standard and larger runners).
@@ -297,7 +305,7 @@ def test_the_credential_free_diff_runs_on_a_github_hosted_runner(workflow):
 
 
 @pytest.mark.parametrize("variable, labels", [
-    (None, ["self-hosted", "gpuhosts"]),
+    (None, ["self-hosted", "gpuhosts", "ephemeral"]),
     ('["self-hosted", "linux", "lab-b"]', ["self-hosted", "linux", "lab-b"]),
 ], ids=["the default", "the repository variable"])
 def test_the_live_preview_runs_on_a_self_hosted_runner_the_variable_chooses(workflow, variable, labels):
@@ -305,9 +313,6 @@ def test_the_live_preview_runs_on_a_self_hosted_runner_the_variable_chooses(work
     job = workflow["jobs"]["pulumi-preview"]
     assert live_labels(job["runs-on"], variable) == labels
     assert "self-hosted" in labels and not [label for label in labels if HOSTED.match(label)]
-    # The gate says which labels the job waits for, with the same default.
-    gate_env = step(workflow["jobs"]["pulumi-gate"], step_id="secrets")["env"]
-    assert gate_env["RUNNER_LABELS"] == job["runs-on"].replace("fromJSON(", "", 1).replace(") }}", " }}", 1)
 
 
 def test_the_pulumi_job_previews_each_live_stack_with_refresh_through_the_cli_make_builds(workflow):

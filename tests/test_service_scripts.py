@@ -338,6 +338,23 @@ def test_weights_on_host_storage_survive_in_the_host_directory(host, engine):
     assert sorted(p.name for p in host.ct("/srv/models").iterdir()) == ["README"]
 
 
+def test_a_link_planted_for_the_store_marker_is_refused_and_not_followed(host):
+    """The attack first: the store folder is the container's (its root maps to 100000 on the host), so the
+    container's root may leave `.gpuhosts-model-store` as a link to a host path; the host's root then wrote through
+    it and handed the file to the container."""
+    host_store(host.tree)
+    values = host.values()
+    weights_on_host(values)
+    store = host.tree / "tank/models"
+    store.mkdir()
+    victim = host.tree / "etc/cron.d/planted"
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    (store / ".gpuhosts-model-store").symlink_to("../../etc/cron.d/planted")
+    result = host.run(host.unit("ct129-model-store", values))
+    assert result.returncode == 1 and "is a symbolic link" in result.stderr, result.stdout + result.stderr
+    assert not victim.exists()
+
+
 def test_a_failed_engine_install_is_retried_on_the_next_run(host):
     env = host.unit("ct129-env-qwen-sglang")
     host.settings(uv_fail_install=True)
