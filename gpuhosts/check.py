@@ -244,7 +244,12 @@ def hub_listing(endpoint: str, repo: str, revision: str, token: str | None = Non
            "?recursive=true&expand=false")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     entries: list[dict[str, Any]] = []
+    origin = _origin(endpoint)
     while url:
+        if _origin(url) != origin:
+            # the token goes to the Hub the stack names and nowhere a response points
+            raise HubError(f"the Hub's listing of {repo}@{revision} pointed its next page at {_origin(url)}, not "
+                           f"{origin}; not followed")
         try:
             with opener(urllib.request.Request(url, headers=headers), timeout=60) as response:
                 entries += json.load(response)
@@ -256,6 +261,11 @@ def hub_listing(endpoint: str, repo: str, revision: str, token: str | None = Non
             raise HubError(f"the Hub's listing of {repo}@{revision} could not be read: "
                            f"{getattr(error, 'reason', error)}") from None
     return entries
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
 
 
 def _next_page(link: str) -> str | None:

@@ -7,6 +7,7 @@ config path (`gpuhosts:gpus[2].container`) and say how to fix it.
 
 from __future__ import annotations
 
+import base64
 import difflib
 import json
 import posixpath
@@ -39,7 +40,8 @@ SECRET_KEYS = ("sshPrivateKey", "hfToken")
 PCI_ADDRESS = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<slot>[01][0-9a-fA-F])\.(?P<fn>[0-7])$")
 DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
-HOST_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/]+={0,3}$")
+# The key types a host presents (sshd's HostKey); the sk-… types are FIDO security keys, which hold user keys only.
+HOST_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) (?P<data>[A-Za-z0-9+/]+={0,3})$")
 KERNEL_ARG = re.compile(r"^[A-Za-z0-9_.-]+(=[A-Za-z0-9_.,:+-]+)?$")
 HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -114,11 +116,31 @@ class SshConfig(_Model):
     @field_validator("host_key")
     @classmethod
     def _key_shape(cls, value: str | None) -> str | None:
-        if value is not None and not HOST_KEY.match(value.strip()):
+        if value is None:
+            return value
+        words = value.strip().split()
+        if words and words[0].startswith("sk-"):
+            raise ValueError(f"{words[0]} is a security-key (FIDO) type, which only user keys have; put in the host's "
+                             "own key: `ssh-keyscan -t ed25519 ADDRESS`")
+        match = HOST_KEY.match(value.strip())
+        if not match or not _key_blob_names(match[1], match["data"]):
             raise ValueError(
                 "is not an OpenSSH public key line; copy the host's `/etc/ssh/ssh_host_ed25519_key.pub` without the comment"
             )
-        return value.strip() if value else value
+        return value.strip()
+
+
+def _key_blob_names(key_type: str, data: str) -> bool:
+    """Whether the key's base64 data decodes and begins with its own type (RFC 4253 section 6.6: a string, the key
+    format identifier): a pasted type that does not match its data is refused here, not by the SSH library."""
+    try:
+        blob = base64.b64decode(data, validate=True)
+    except ValueError:
+        return False
+    if len(blob) < 4:
+        return False
+    length = int.from_bytes(blob[:4], "big")
+    return blob[4:4 + length] == key_type.encode()
 
 
 class HostConfig(_Model):

@@ -7,6 +7,9 @@ them on a host: what a user other than root may plant, the test plants.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -14,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from fakehost import host_env
+from gpuhosts.check import HubError, hub_listing
 from gpuhosts.config import ConfigError
+from gpuhosts.facts import keyed_digest, keyed_observed
 from gpuhosts.render import render
 from gpuhosts.stacks import validate_stack
 from conftest import KPRO5_SECRETS, kpro5_values
@@ -93,3 +98,65 @@ def test_a_service_on_loopback_needs_no_key():
     service.update(bind="127.0.0.1")
     service.pop("apiKeySecret", None)
     validate_stack(values, KPRO5_SECRETS)
+
+
+# --- a host key of a kind no host has -----------------------------------------------------------------------------
+
+SK_KEY = ("sk-ssh-ed25519@openssh.com AAAAGnNrLXNzaC1lZDI1NTE5QG9wZW5zc2guY29tAAAAIE0fNpDOuRdkF3qWPFhGdQlmvkW0jJx"
+          "8YyVwQ1gYBh5hAAAABHNzaDo=")
+
+
+@pytest.mark.parametrize("key, words", [
+    # before: accepted by the stack's pattern, then the SSH library raised inside the provider
+    (SK_KEY, "security-key (FIDO) type"),
+    # a type pasted beside another type's data
+    ("ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAICsXHjlWhs3f2mkHV9MvWFYYsUeqST3abeFnm/3cM+DA", "not an OpenSSH public key"),
+    ("ssh-ed25519 not-base64!", "not an OpenSSH public key"),
+])
+def test_a_host_key_of_a_kind_no_host_has_is_refused_at_plan_time(key, words):
+    values = kpro5_values()
+    values["host"]["ssh"]["hostKey"] = key
+    with pytest.raises(ConfigError) as caught:
+        validate_stack(values, KPRO5_SECRETS)
+    assert "gpuhosts:host.ssh.hostKey" in str(caught.value) and words in str(caught.value)
+
+
+# --- a live secret's digest in the state ---------------------------------------------------------------------------
+
+def test_a_key_file_holding_another_key_says_only_that_it_differs():
+    """Before, the refreshed fact carried the keyed digest of the host's live key, readable in the state, where a
+    guess could be tested offline (the key is the unit's key, which the state names)."""
+    unit, live = "ct129-service-qwen-sglang", "sk-someone-elses-key"
+    observed = f"keyed sha256:{keyed_digest(unit, f'GPUHOSTS_API_KEY={live}' + chr(10))} mode:600 (gpuhosts:llmApiKey as GPUHOSTS_API_KEY)"
+    stored, note = keyed_observed(unit, observed, lambda name: "the-configured-key")
+    assert stored == "not gpuhosts:llmApiKey (another value), mode:600" and note is None
+    assert keyed_digest(unit, f"GPUHOSTS_API_KEY={live}\n") not in stored
+
+
+# --- the Hub token sent where a response points ---------------------------------------------------------------------
+
+class _Page:
+    def __init__(self, body: list, link: str = ""):
+        self.body, self.headers = json.dumps(body).encode(), {"Link": link}
+
+    def __enter__(self):
+        return io.BytesIO(self.body)
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_the_hub_token_goes_only_to_the_hub_the_stack_names():
+    sent: list[tuple[str, str | None]] = []
+
+    def opener(request, timeout):
+        sent.append((request.full_url, request.headers.get("Authorization")))
+        page = _Page([{"type": "file", "path": "config.json"}], '<https://collector.example/steal?page=2>; rel="next"')
+        stream = page.__enter__()
+        stream.headers = page.headers
+        return contextlib.nullcontext(stream)
+
+    with pytest.raises(HubError, match="not followed"):
+        hub_listing("https://huggingface.co", "z-lab/Qwen3.6-27B-DFlash", "main", token="hf_secret", opener=opener)
+    assert [url for url, _auth in sent] == [
+        "https://huggingface.co/api/models/z-lab/Qwen3.6-27B-DFlash/tree/main?recursive=true&expand=false"]

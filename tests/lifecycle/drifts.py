@@ -161,7 +161,7 @@ DRIFTS = [
           in_container(f"printf 'GPUHOSTS_API_KEY=sk-someone-elses-key\\n' >{ROOT}/etc/gpuhosts/qwen-sglang.env"),
           {"ct129-service-qwen-sglang": 'facts["key file /etc/gpuhosts/qwen-sglang.env"]',
            "ct129-gate-qwen-sglang": 'facts["model served by qwen-sglang"]'},
-          names={"ct129-service-qwen-sglang": "not gpuhosts:llmApiKey (keyed sha256:",
+          names={"ct129-service-qwen-sglang": "not gpuhosts:llmApiKey (another value)",
                  "ct129-gate-qwen-sglang": "/v1/models answered 401"}),
     Drift("the downloaded drafter's sliding_window changed", "kpro5",
           in_container(f"sed -i 's/\"sliding_window\": 2048/\"sliding_window\": 4096/' {ROOT}{DRAFTER}/config.json"),
