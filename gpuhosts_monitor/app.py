@@ -48,6 +48,8 @@ class MonitorConfig:
     """Overrides what the log tells about the length of the run."""
     title: str = "Drafter training"
     cache_s: float = 2.0
+    allowed_hosts: tuple[str, ...] = ()
+    """Names besides the loopback ones and the bind address that a request's Host may carry when no token is set."""
     """How long nvidia-smi and health readings are reused between requests."""
     health_timeout_s: float = 2.0
 
@@ -246,6 +248,14 @@ class Monitor:
         }
 
 
+def _host_name(host: str) -> str:
+    """The name of a Host header without its port: `[::1]:8686` → `::1`, `localhost:8686` → `localhost`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
 def _presented_token() -> str | None:
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
@@ -271,9 +281,18 @@ def create_app(config: MonitorConfig, clock: Callable[[], float] = time.time) ->
     app.jinja_env.filters["fmt"] = _fmt
     expected = config.token.encode() if config.token else None
 
+    allowed = {"localhost", "127.0.0.1", "::1", config.bind.lower(), *(h.lower() for h in config.allowed_hosts)}
+
     @app.before_request
     def require_token():
         if expected is None:
+            # Without a token only loopback can reach the monitor, and a web page's script reaches loopback too:
+            # a name of its own that resolves to 127.0.0.1 (DNS rebinding, or an SSH tunnel's local port) makes the
+            # browser send the page's requests here. Such requests carry that name as their Host; refuse them.
+            if _host_name(request.host) not in allowed:
+                return Response(f"misdirected: Host {request.host!r} is not this monitor's; open it as "
+                                f"http://127.0.0.1:{config.port}/ (or pass --allowed-host)\n", status=421,
+                                mimetype="text/plain")
             return None
         given = _presented_token()
         if given is not None and hmac.compare_digest(given.encode(), expected):

@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoints", required=True, type=Path, help="the trainer's checkpoint directory")
     parser.add_argument("--server-url", required=True, help="hidden-state server; GET <URL>/health is polled")
     parser.add_argument("--bind", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                        help="a name the monitor may be opened by besides localhost and the bind address, when no "
+                             "token is set (repeatable)")
     parser.add_argument("--port", type=int, default=8686, help="port to listen on (default: 8686)")
     parser.add_argument(
         "--token-file",
@@ -91,6 +94,7 @@ def config_from_args(args: argparse.Namespace) -> MonitorConfig:
         checkpoints=args.checkpoints,
         server_url=args.server_url,
         bind=args.bind,
+        allowed_hosts=tuple(args.allowed_host),
         port=args.port,
         token=token,
         nvidia_smi=args.nvidia_smi,

@@ -21,6 +21,7 @@ from gpuhosts.check import HubError, hub_listing
 from gpuhosts.config import ConfigError
 from gpuhosts.facts import keyed_digest, keyed_observed
 from gpuhosts.render import render
+from gpuhosts_monitor.app import MonitorConfig, create_app
 from gpuhosts.stacks import validate_stack
 from conftest import KPRO5_SECRETS, kpro5_values
 
@@ -160,3 +161,27 @@ def test_the_hub_token_goes_only_to_the_hub_the_stack_names():
         hub_listing("https://huggingface.co", "z-lab/Qwen3.6-27B-DFlash", "main", token="hf_secret", opener=opener)
     assert [url for url, _auth in sent] == [
         "https://huggingface.co/api/models/z-lab/Qwen3.6-27B-DFlash/tree/main?recursive=true&expand=false"]
+
+
+# --- the monitor opened by another name ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("host, status", [
+    ("127.0.0.1:8686", 200), ("localhost:8686", 200), ("[::1]:8686", 200),
+    # a page of evil.example whose name now resolves to 127.0.0.1, or an SSH tunnel's local name
+    ("evil.example:8686", 421), ("attacker.example", 421),
+])
+def test_the_monitor_without_a_token_answers_only_to_its_own_names(tmp_path, host, status):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    app = create_app(MonitorConfig(log=log, checkpoints=tmp_path, server_url="http://127.0.0.1:9", cache_s=0,
+                                   nvidia_smi="/bin/false"))
+    response = app.test_client().get("/api/status", headers={"Host": host})
+    assert response.status_code == status, response.get_data(as_text=True)
+
+
+def test_a_name_the_operator_allows_is_answered(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("")
+    app = create_app(MonitorConfig(log=log, checkpoints=tmp_path, server_url="http://127.0.0.1:9", cache_s=0,
+                                   nvidia_smi="/bin/false", allowed_hosts=("trainer.lab",)))
+    assert app.test_client().get("/healthz", headers={"Host": "trainer.lab:8686"}).status_code == 200

@@ -18,7 +18,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/__main__.py 0644 <<'GPUH
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:26e1d1c373c9b8a4]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/app.py.sha256 sha256:be9386e7b3d1824f]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py 0644 <<'GPUHOSTS_EOF'
@@ -26,7 +26,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/bind.py 0644 <<'GPUHOSTS
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py.sha256 sha256:fe17c2223599ef5b]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/cli.py.sha256 sha256:8e6f3227064cc665]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py 0644 <<'GPUHOSTS_EOF'
