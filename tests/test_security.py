@@ -185,3 +185,39 @@ def test_a_name_the_operator_allows_is_answered(tmp_path):
     app = create_app(MonitorConfig(log=log, checkpoints=tmp_path, server_url="http://127.0.0.1:9", cache_s=0,
                                    nvidia_smi="/bin/false", allowed_hosts=("trainer.lab",)))
     assert app.test_client().get("/healthz", headers={"Host": "trainer.lab:8686"}).status_code == 200
+
+
+# --- deleteOnDestroy on a folder gpuhosts did not make ---------------------------------------------------------------
+
+def deleted(tree: Path, directory: str, marker: str) -> subprocess.CompletedProcess:
+    return run(tree, render("common/lib.sh.j2", unit="model") + f'delete_ours {directory} {marker} deleteOnDestroy\n')
+
+
+def test_delete_on_destroy_removes_a_folder_its_download_made(tmp_path):
+    weights = tmp_path / "srv/models/Qwen3.6-27B"
+    weights.mkdir(parents=True)
+    (weights / ".gpuhosts-download").write_text("Qwen/Qwen3.6-27B@abc\n")
+    done = deleted(tmp_path, "/srv/models/Qwen3.6-27B", ".gpuhosts-download")
+    assert done.returncode == 0 and not weights.exists()
+
+
+def test_delete_on_destroy_keeps_a_folder_gpuhosts_did_not_make(tmp_path):
+    """The attack first: a model's localDir of /home/alice (a path the stack's checks allow) with deleteOnDestroy
+    removed the user's home on destroy."""
+    home = tmp_path / "home/alice"
+    home.mkdir(parents=True)
+    (home / "thesis.tex").write_text("years of work\n")
+    done = deleted(tmp_path, "/home/alice", ".gpuhosts-download")
+    assert done.returncode == 0 and "keeping /home/alice: it holds no .gpuhosts-download" in done.stdout
+    assert (home / "thesis.tex").read_text() == "years of work\n"
+
+
+def test_delete_on_destroy_does_not_follow_a_link(tmp_path):
+    elsewhere = tmp_path / "tank/other"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / ".gpuhosts-download").write_text("x\n")
+    (tmp_path / "srv/models").mkdir(parents=True)
+    (tmp_path / "srv/models/Qwen3.6-27B").symlink_to(elsewhere)
+    done = deleted(tmp_path, "/srv/models/Qwen3.6-27B", ".gpuhosts-download")
+    assert done.returncode == 0 and "is a symbolic link" in done.stdout
+    assert (elsewhere / ".gpuhosts-download").exists() and (tmp_path / "srv/models/Qwen3.6-27B").is_symlink()

@@ -1,10 +1,10 @@
-# [templates/common/lib.sh.j2 sha256:6fd284271a879c91 unit=ct129-bench-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:24e549ce7da88918 unit=ct129-bench-spec-bakeoff]
 # Benchmark spec-bakeoff of container 129: each service in turn on the GPUs they share, then the
 # DDTree reference; the services are put back as declared, also after a failure. Runs only for new inputs.
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=354422d71b78a94b2fe6c14759a092be
+inputs=fe6b9659d6f305fbba053f18ce7bcd2d
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
@@ -16,7 +16,7 @@ if [ "$force" = 0 ] && [ "$(cat "$root$results/inputs" 2>/dev/null)" = "$inputs"
   exit 0
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:6fd284271a879c91 unit=ct129-bench-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:24e549ce7da88918 unit=ct129-bench-spec-bakeoff]
 # Inside container 129: benchmark spec-bakeoff. Every service on its GPUs goes back to its declared
 # state when this script ends, however it ends (the EXIT trap).
 work=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/run

@@ -9,8 +9,8 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:6fd284271a879c91 unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step 0cf4ca68f4657e8f); fails the deploy below
+# [templates/common/lib.sh.j2 sha256:24e549ce7da88918 unit=ct129-gate-qwen-sglang]
+# Inside container 129: the deploy gate of qwen-sglang (service step 43010cca51a6ebc4); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
 service=qwen-sglang
 python=/opt/gpuhosts/qwen-sglang/venv/bin/python
@@ -30,7 +30,7 @@ if [ "$status" != 0 ]; then
   refuse "deploy gate of $service failed (see above); the service keeps running for inspection"
 fi
 mkdir -p "$(dirname "$record")"
-printf '%s\n' 'passed with inputs sha256:76f2152b9f8f0669' >"$record"
+printf '%s\n' 'passed with inputs sha256:fb43ca98234abdcf' >"$record"
 say "deploy gate of $service passed"
 finish
 GPUHOSTS_INNER

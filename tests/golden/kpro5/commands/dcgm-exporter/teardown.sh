@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:6fd284271a879c91 unit=dcgm-exporter]
+# [templates/common/lib.sh.j2 sha256:24e549ce7da88918 unit=dcgm-exporter]
 # Stop and remove gpuhosts-dcgm-exporter.service and its files; the packages and the mask only where gpuhosts put them.
 unit_name=gpuhosts-dcgm-exporter.service
 state="$state_dir/"dcgm-exporter.state

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:6fd284271a879c91 unit=nvidia-driver]
+# [templates/common/lib.sh.j2 sha256:24e549ce7da88918 unit=nvidia-driver]
 
 version=580.126.09
 persistenced_unit_name=gpuhosts-nvidia-persistenced.service
