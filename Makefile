@@ -2,7 +2,6 @@
 # Works on a machine with only python3, pip and make: uv is bootstrapped into .tools/.
 PYTHON ?= python3
 STACK ?= kpro5
-UV_VERSION := 0.13.9
 TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 VENV := .venv
@@ -11,9 +10,11 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 
 .PHONY: pulumi demo plan test test-full test-pulumi bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
 
-$(UV):
+# uv pinned by content (gpuhosts/uv-requirements.txt: every wheel's sha256), as gpuhosts installs it on hosts.
+$(UV): gpuhosts/uv-requirements.txt
 	$(PYTHON) -m venv $(TOOLS)
-	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check --require-hashes --only-binary :all: \
+		-r gpuhosts/uv-requirements.txt
 
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 	$(UV) sync --frozen --python $(PYTHON)

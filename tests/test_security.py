@@ -11,7 +11,9 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,36 @@ def test_delete_on_destroy_does_not_follow_a_link(tmp_path):
     done = deleted(tmp_path, "/srv/models/Qwen3.6-27B", ".gpuhosts-download")
     assert done.returncode == 0 and "is a symbolic link" in done.stdout
     assert (elsewhere / ".gpuhosts-download").exists() and (tmp_path / "srv/models/Qwen3.6-27B").is_symlink()
+
+
+# --- uv fetched by name alone -----------------------------------------------------------------------------------------
+
+UV_FILE = Path(__file__).resolve().parent.parent / "gpuhosts/uv-requirements.txt"
+
+
+def test_uv_is_pinned_by_the_sha256_of_every_wheel_of_its_release():
+    text = UV_FILE.read_text()
+    hashes = re.findall(r"--hash=sha256:([0-9a-f]+)", text)
+    assert re.search(r"^uv==\d+\.\d+\.\d+ \\$", text, re.M) and len(hashes) >= 10
+    assert all(len(h) == 64 for h in hashes)
+    # the wheel this machine's pip downloads for Linux x86_64 (PyPI's simple index, uv 0.13.9)
+    assert "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19" in hashes
+
+
+@pytest.mark.parametrize("stack", ["kpro5", "trainer"])
+def test_every_uv_a_host_installs_is_checked_against_those_hashes(stack, tmp_path):
+    """Before, `pip install uv==0.13.9` took whatever file the index served under that name."""
+    subprocess.run([sys.executable, "-m", "gpuhosts.cli", "plan", stack, "--out", str(tmp_path)], check=True,
+                   capture_output=True, cwd=UV_FILE.parent.parent)
+    scripts = [p.read_text() for p in tmp_path.glob("hosts/*/commands/*/ensure.sh")]
+    installing = [s for s in scripts if "ensure_uv()" in s]
+    assert installing
+    for script in installing:
+        assert "pip install --quiet --require-hashes --only-binary :all: -r" in script
+        assert not re.search(r"pip install [^\n]*uv==", script)
+
+
+def test_make_installs_uv_from_the_same_file_with_hash_checking():
+    makefile = (UV_FILE.parent.parent / "Makefile").read_text()
+    recipe = makefile.split("$(UV): gpuhosts/uv-requirements.txt\n", 1)[1].split("\n\n", 1)[0]
+    assert "--require-hashes" in recipe and "-r gpuhosts/uv-requirements.txt" in recipe and "uv==" not in recipe

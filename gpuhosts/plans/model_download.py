@@ -21,7 +21,7 @@ from typing import Any
 from gpuhosts.hostside.drafter_config import target_layer_ids
 from gpuhosts.envspec import EnvSpec
 from gpuhosts.paths import SERVICE_ROOT
-from gpuhosts.plans.python_env import UV_HOME, UV_VERSION, env_marker, in_container, lock_file, probe_in
+from gpuhosts.plans.python_env import UV_HOME, UV_REQUIREMENT, UV_VERSION, env_marker, in_container, lock_file, probe_in
 from gpuhosts.compat import model_facts
 from gpuhosts.config import ContainerConfig
 from gpuhosts.facts import Fact, desired, files_facts
@@ -134,7 +134,7 @@ def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, 
     secret = HF_TOKEN if download.gated else None
     values = dict(unit=unit, vmid=vmid, repo=spec.repo, revision=spec.revision, local_dir=download.directory,
                   hf=f"{venv}/bin/hf", python=f"{venv}/bin/python", secret=secret, store=download.store,
-                  check=download.check, delete=spec.delete_on_destroy, uv_version=UV_VERSION, uv_home=UV_HOME,
+                  check=download.check, delete=spec.delete_on_destroy, uv_version=UV_VERSION, uv_requirement=UV_REQUIREMENT, uv_home=UV_HOME,
                   tools=DOWNLOAD_TOOLS, hf_requirement=HF_REQUIREMENT, python_version=TOOLS_PYTHON,
                   envs_root=SERVICE_ROOT)
     # The downloads' own environment installs its locked closure too (gpuhosts/locks.py).

@@ -12,8 +12,10 @@ ensure syncs the lock back.
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
@@ -24,7 +26,9 @@ from gpuhosts.paths import SERVICE_ROOT
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
-UV_VERSION = "0.13.9"
+# uv as every machine installs it, pinned by the sha256 of each wheel of its release (the file `make` installs too).
+UV_REQUIREMENT = (Path(__file__).resolve().parent.parent / "uv-requirements.txt").read_text()
+UV_VERSION = re.search(r"^uv==(\S+)", UV_REQUIREMENT, re.M)[1]
 UV_HOME = f"{SERVICE_ROOT}/.uv"
 # `pct exec VMID -- bash -c SCRIPT` passes the script as one argument, and Linux takes at most 32 pages (128 KiB)
 # in one argument string (MAX_ARG_STRLEN, execve(2)): a larger script would fail with "Argument list too long".
@@ -115,7 +119,7 @@ def plan_env(unit: str, env: EnvSpec, vmid: int | None, needs: tuple[str, ...], 
     lock = lock_file(env)
     facts = env_facts(env, lock)
     wanted = distributions(env, lock)
-    values = dict(unit=unit, vmid=vmid, env=env, uv_version=UV_VERSION, uv_home=UV_HOME, envs_root=SERVICE_ROOT,
+    values = dict(unit=unit, vmid=vmid, env=env, uv_version=UV_VERSION, uv_requirement=UV_REQUIREMENT, uv_home=UV_HOME, envs_root=SERVICE_ROOT,
                   lock=lock, marker=env_marker(env, lock), wanted=wanted, desired=desired(facts))
     return Unit(
         key=unit,

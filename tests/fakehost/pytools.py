@@ -36,7 +36,7 @@ TRAINER_DEPS = {"torch": "2.9.0"}
 VALUE_OPTS = {"-p", "--python", "-i", "--index-url", "--extra-index-url", "--index", "--default-index", "-f",
               "--find-links", "-r", "--requirement", "-c", "--constraint", "--constraints", "--override",
               "--overrides", "--torch-backend", "--index-strategy", "--prerelease", "--resolution", "--target",
-              "--prefix", "--python-version", "--python-platform", "--prompt", "--cache-dir"}
+              "--prefix", "--python-version", "--python-platform", "--prompt", "--cache-dir", "--only-binary"}
 
 
 def stub(prog: str, what: str) -> str:
@@ -405,9 +405,12 @@ def pip(venv: Path, args) -> int:
     if args[:1] != ["install"]:
         raise Fail(f"fakehost: `pip {' '.join(args[:1])}` is not simulated", 2)
     opts, words = options(args[1:])
-    specs = requirements(opts, words)
+    entries = requirement_entries(opts, words)
+    specs = [spec for spec, _ in entries]
     if not specs:
         raise Fail("ERROR: You must give at least one requirement to install (see \"pip help install\")", 1)
+    if "--require-hashes" in opts:
+        check_hashes(entries)
     quiet = bool({"-q", "--quiet"} & set(opts))
     if (bad := failing("pip_fail_install", [parse_spec(s)[0] for s in specs])):
         spec = next(s for s in specs if parse_spec(s)[0] == bad)
