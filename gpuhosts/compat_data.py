@@ -160,6 +160,7 @@ class RuleFile(_Row):
     dataset_files: tuple[DatasetFilesRow, ...] = ()
     dataset_overlaps: tuple[DatasetOverlapRow, ...] = ()
     dataset_lengths: tuple[DatasetLengthsRow, ...] = ()
+    release_commits: dict[str, dict[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,11 @@ def model_facts(repo: str, rules: RuleFile | None = None) -> ModelFacts:
                       num_layers=merged.get("num_layers"), sliding_window=merged.get("sliding_window"),
                       size_gb=merged.get("size_gb"), max_position_embeddings=merged.get("max_position_embeddings"),
                       source=merged.get("source"))
+
+
+def release_commit(package: str, version: str, rules: RuleFile | None = None) -> str | None:
+    """The full commit the release's tag names in the package's upstream repository (None: not recorded)."""
+    return (rules or load_rule_file()).release_commits.get(package, {}).get(version)
 
 
 def dataset_rows(repo: str, split: str, subset: str | None = None, rules: RuleFile | None = None) -> DatasetRow | None:

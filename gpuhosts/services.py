@@ -68,6 +68,10 @@ class PackageSpec(_Model):
     )
     repository: str | None = Field(None, description="Git repository for gitRef (and a checkout of its scripts); "
                                                      "default the project's upstream.")
+    scripts_commit: str | None = Field(
+        None, description="speculators: the full 40-hex commit of `repository` whose scripts/ the node runs. Default "
+                          "the commit the release's tag names upstream (gpuhosts/compat-rules.yaml releaseCommits); "
+                          "required with a repository of your own.")
     includes_prs: tuple[int, ...] = Field(
         (), description="Pull requests of the repository the installed build contains beyond its release "
                         "(a PR head build contains its own PR). Default none."
@@ -83,6 +87,14 @@ class PackageSpec(_Model):
     def _ref(cls, value: str | None) -> str | None:
         if value is not None and not GIT_REF.match(value):
             raise ValueError(f"{value!r} is not a git ref: use refs/pull/N/head, refs/heads/…, refs/tags/… or a full commit")
+        return value
+
+    @field_validator("scripts_commit")
+    @classmethod
+    def _commit(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{40}", value):
+            raise ValueError(f"{value!r} is not a full commit; write the 40 hex digits `git rev-parse TAG^{{commit}}` "
+                             "prints")
         return value
 
     @property

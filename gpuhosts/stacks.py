@@ -37,6 +37,7 @@ from gpuhosts.config import (
     validate_entries,
 )
 from gpuhosts.engines import driver_for, service_problems
+from gpuhosts.engines import speculators as speculators_driver
 from gpuhosts.fields import placeholder_digest, placeholder_url
 from gpuhosts.locks import lock_problem, lock_spec
 from gpuhosts.render import PROJECT_ROOT
@@ -167,6 +168,9 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
         problems += multi_node_problems(node, training, multi_node)
     if node is not None and training is not None:
         problems += _training_problems(node, training, set(secret_keys))
+        problems += [Problem(path=f"{NAMESPACE}:{field}", message=message)
+                     for field, message in speculators_driver.scripts_problems(training.speculators,
+                                                                               "training.speculators")]
         config = (drafter_configs or {}).get(training.drafter.repo)
         if config is not None:
             problems += drafter_config_problems(training, config)

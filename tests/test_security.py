@@ -22,10 +22,11 @@ from fakehost import host_env
 from gpuhosts.check import HubError, hub_listing
 from gpuhosts.config import ConfigError
 from gpuhosts.facts import keyed_digest, keyed_observed
+from gpuhosts.plans.training_node import training_envs
 from gpuhosts.render import render
 from gpuhosts_monitor.app import MonitorConfig, create_app
-from gpuhosts.stacks import validate_stack
-from conftest import KPRO5_SECRETS, kpro5_values
+from gpuhosts.stacks import validate_stack, validate_trainer_stack
+from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 
 
 def run(tree: Path, script: str) -> subprocess.CompletedProcess:
@@ -256,3 +257,28 @@ def test_make_installs_uv_from_the_same_file_with_hash_checking():
     makefile = (UV_FILE.parent.parent / "Makefile").read_text()
     recipe = makefile.split("$(UV): gpuhosts/uv-requirements.txt\n", 1)[1].split("\n\n", 1)[0]
     assert "--require-hashes" in recipe and "-r gpuhosts/uv-requirements.txt" in recipe and "uv==" not in recipe
+
+
+# --- code run as root fetched by a movable tag ---------------------------------------------------------------------
+
+def trainer_plan_error(change) -> str:
+    values = trainer_values()
+    change(values["training"]["speculators"])
+    with pytest.raises(ConfigError) as caught:
+        validate_trainer_stack(values, TRAINER_SECRETS)
+    return str(caught.value)
+
+
+def test_speculators_scripts_are_checked_out_by_the_commit_their_release_tag_names():
+    stack = validate_trainer_stack(trainer_values(), TRAINER_SECRETS)
+    assert training_envs(stack.training).speculators.checkout_ref == "1c2895f3b6c7b649c271ced55418e67e3ddae255"
+
+
+@pytest.mark.parametrize("change, field, words", [
+    (lambda s: s.update(repository="https://git.example/speculators"), "training.speculators.scriptsCommit",
+     "is required with repository https://git.example/speculators"),
+    (lambda s: s.update(scriptsCommit="v0.7.0"), "training.speculators.scriptsCommit", "is not a full commit"),
+])
+def test_scripts_no_commit_pins_are_refused_at_plan_time(change, field, words):
+    message = trainer_plan_error(change)
+    assert f"gpuhosts:{field}" in message and words in message

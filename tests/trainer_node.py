@@ -153,7 +153,10 @@ def node_values(root: Path) -> dict:
     training = values["training"]
     training["server"].update(gpus=[0], tensorParallelSize=1, port=free_port())
     training["trainingGpus"] = [1]
-    training["speculators"]["repository"] = f"file://{root / 'speculators'}"
+    # a repository of its own: its tag's commit pins the scripts the node checks out
+    commit = subprocess.run(["git", "rev-parse", "v0.7.0^{commit}"], cwd=root / "speculators", check=True,
+                            capture_output=True, text=True).stdout.strip()
+    training["speculators"].update(repository=f"file://{root / 'speculators'}", scriptsCommit=commit)
     training["verifier"]["sizeGb"] = 1
     training["drafter"]["sizeGb"] = 1
     training["checkpointsReserveGb"] = 1

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from packaging.specifiers import SpecifierSet
 
-from gpuhosts.compat_data import engine_facts
+from gpuhosts.compat_data import engine_facts, release_commit
 
 PACKAGE = "speculators"
 REPOSITORY = "https://github.com/vllm-project/speculators"
@@ -194,3 +194,29 @@ def train(version: str, venv: str, checkout: str, nproc: int, args: TrainArgs, e
         command = (f"{venv}/bin/torchrun", "--standalone", "--nproc_per_node", str(nproc), "-m", "speculators.train")
     argv = (*(word for group in groups for word in group), found.flags["from_pretrained"], start)
     return Invocation("speculators-train", PACKAGE, version, found.train_program, command, argv, environment), groups
+
+
+def scripts_ref(spec) -> str | None:
+    """What the node checks its copy of the repository's scripts/ out at: the gitRef a build from git names, else
+    a full commit (the stack's scriptsCommit, or the one the release's tag names upstream); None where no commit
+    is known, which `scripts_problems` refuses."""
+    if spec.git_ref is not None:
+        return spec.git_ref
+    if spec.scripts_commit is not None:
+        return spec.scripts_commit
+    if spec.repository in (None, REPOSITORY, REPOSITORY + ".git"):
+        return release_commit(PACKAGE, spec.version)
+    return None
+
+
+def scripts_problems(spec, field: str) -> list[tuple[str, str]]:
+    """(field, message) for a speculators whose scripts/ no commit pins."""
+    if scripts_ref(spec) is not None:
+        return []
+    if spec.repository not in (None, REPOSITORY, REPOSITORY + ".git"):
+        return [(f"{field}.scriptsCommit", f"is required with repository {spec.repository}: the full commit of its "
+                 f"v{spec.version} tag (`git ls-remote {spec.repository} refs/tags/v{spec.version}^{{}}`), so that "
+                 "the scripts the node runs as root are fetched by content, not by a tag that can be moved")]
+    return [(f"{field}.version", f"{spec.version} has no commit in gpuhosts/compat-rules.yaml releaseCommits: add the "
+             f"commit its tag names (`git ls-remote {REPOSITORY} refs/tags/v{spec.version}^{{}}`), or set "
+             f"{field}.scriptsCommit")]

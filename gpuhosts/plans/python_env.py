@@ -109,7 +109,11 @@ def distributions(env: EnvSpec, lock: HostFile) -> Distributions:
 def env_facts(env: EnvSpec, lock: HostFile) -> list[Fact]:
     # What the environment holds, read from it: a distribution installed by hand beside or over the lock shows.
     facts = [*files_facts([lock]), *distributions(env, lock).facts(env)]
-    if env.checkout_url:
+    if env.checkout_url and re.fullmatch(r"[0-9a-f]{40}", env.checkout_ref or ""):
+        # pinned by a commit: the files themselves are read against it
+        facts.append(Fact(f"checkout {env.checkout}", f'checkout_state "$root"{shlex.quote(env.checkout)}',
+                          f"{env.checkout_ref}, unmodified", (render("common/checkout.sh.j2"),)))
+    elif env.checkout_url:
         facts.append(Fact(f"checkout {env.checkout}", f'cat "$root"{shlex.quote(env.checkout + "/.gpuhosts-ref")} || echo missing',
                           env.checkout_ref))
     return facts

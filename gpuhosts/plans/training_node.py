@@ -56,10 +56,10 @@ class TrainingEnvs:
 
 
 def _package_env(name: str, spec: PackageSpec, requirement: str, package: str, python: str,
-                 checkout_url: str | None = None) -> EnvSpec:
+                 checkout_url: str | None = None, checkout_ref: str | None = None) -> EnvSpec:
     return EnvSpec(name=name, requirement=requirement, package=package, release=spec.version,
                    from_git=spec.git_ref is not None, python=python, checkout_url=checkout_url,
-                   checkout_ref=(spec.git_ref or f"refs/tags/v{spec.version}") if checkout_url else None)
+                   checkout_ref=checkout_ref if checkout_url else None)
 
 
 def training_envs(training: TrainingConfig) -> TrainingEnvs:
@@ -67,7 +67,8 @@ def training_envs(training: TrainingConfig) -> TrainingEnvs:
     return TrainingEnvs(
         speculators=_package_env("speculators", speculators, speculators_driver.requirement(speculators),
                                  speculators_driver.PACKAGE, training.python,
-                                 checkout_url=speculators.repository or speculators_driver.REPOSITORY),
+                                 checkout_url=speculators.repository or speculators_driver.REPOSITORY,
+                                 checkout_ref=speculators_driver.scripts_ref(speculators)),
         vllm=_package_env("vllm", training.vllm, vllm.requirement(training.vllm), vllm.package, training.python),
         monitor=EnvSpec(name="monitor", requirement=f"flask=={FLASK_VERSION}", package="flask",
                         release=FLASK_VERSION, from_git=False, python=training.python, needs_hf=False))

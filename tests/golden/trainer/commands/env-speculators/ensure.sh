@@ -213,14 +213,35 @@ say "$venv: $package $installed"
 
 # --- the package's repository at the same ref, for its scripts/ ---------------------------------------------
 src=/opt/gpuhosts/speculators/src
-ref=refs/tags/v0.7.0
+ref=1c2895f3b6c7b649c271ced55418e67e3ddae255
 url=https://github.com/vllm-project/speculators
-if [ "$(cat "$root$src/.gpuhosts-ref" 2>/dev/null)" != "$ref" ]; then
+# checkout_state DIR — "<commit>, unmodified" when DIR is a git checkout whose files are exactly its HEAD commit's
+# (no tracked file changed, none added beside gpuhosts' marker), else what differs; "missing" without a checkout.
+checkout_state() {
+  local dir="$1" head changed
+  head="$(git -C "$dir" rev-parse --verify -q HEAD 2>/dev/null)" || { echo missing; return 0; }
+  changed="$(git -C "$dir" status --porcelain --untracked-files=all 2>/dev/null | grep -cv '^?? \.gpuhosts-ref$' || true)"
+  if [ "$changed" = 0 ]; then
+    printf '%s, unmodified\n' "$head"
+  else
+    printf '%s, %s file(s) changed or added\n' "$head" "$changed"
+  fi
+}
+# A full commit is checked after the fetch and, on every run, against the files: the scripts run as root, so what
+# is there must be exactly that commit's (a tag could be moved, a file edited in place).
+pinned=""
+[[ $ref =~ ^[0-9a-f]{40}$ ]] && pinned="$ref"
+if [ "$(cat "$root$src/.gpuhosts-ref" 2>/dev/null)" != "$ref" ] \
+    || { [ -n "$pinned" ] && [ "$(checkout_state "$root$src")" != "$pinned, unmodified" ]; }; then
   rm -rf "$root$src"
   mkdir -p "$root$src"
   git -C "$root$src" init -q
-  git -C "$root$src" fetch -q --depth 1 "$url" "$ref"
+  timeout 600 git -C "$root$src" fetch -q --depth 1 "$url" "$ref" || refuse "fetching $ref of $url failed (above)"
   git -C "$root$src" checkout -q FETCH_HEAD
+  if [ -n "$pinned" ] && [ "$(git -C "$root$src" rev-parse HEAD)" != "$pinned" ]; then
+    rm -rf "$root$src"
+    refuse "$url gave another commit for $ref; nothing of it is kept"
+  fi
   printf '%s\n' "$ref" >"$root$src/.gpuhosts-ref"
   note_change "checked out $url at $ref in $src"
 fi

@@ -92,8 +92,21 @@ tzdata==2026.6
 urllib3==2.8.0
 xxhash==4.1.0
 yarl==1.25.1'
+# checkout_state DIR — "<commit>, unmodified" when DIR is a git checkout whose files are exactly its HEAD commit's
+# (no tracked file changed, none added beside gpuhosts' marker), else what differs; "missing" without a checkout.
+checkout_state() {
+  local dir="$1" head changed
+  head="$(git -C "$dir" rev-parse --verify -q HEAD 2>/dev/null)" || { echo missing; return 0; }
+  changed="$(git -C "$dir" status --porcelain --untracked-files=all 2>/dev/null | grep -cv '^?? \.gpuhosts-ref$' || true)"
+  if [ "$changed" = 0 ]; then
+    printf '%s, unmodified\n' "$head"
+  else
+    printf '%s, %s file(s) changed or added\n' "$head" "$changed"
+  fi
+}
+
 fact 'file /opt/gpuhosts/speculators/requirements.lock' "$( { file_state /opt/gpuhosts/speculators/requirements.lock; } 2>/dev/null || true)"
 fact 'distributions in /opt/gpuhosts/speculators/venv' "$( { distributions_state /opt/gpuhosts/speculators/venv ''; } 2>/dev/null || true)"
 fact 'speculators in /opt/gpuhosts/speculators/venv' "$( { package_state /opt/gpuhosts/speculators/venv speculators; } 2>/dev/null || true)"
-fact 'checkout /opt/gpuhosts/speculators/src' "$( { cat "$root"/opt/gpuhosts/speculators/src/.gpuhosts-ref || echo missing; } 2>/dev/null || true)"
+fact 'checkout /opt/gpuhosts/speculators/src' "$( { checkout_state "$root"/opt/gpuhosts/speculators/src; } 2>/dev/null || true)"
 emit_facts
