@@ -91,13 +91,30 @@ def unit_inputs(unit, target: dict[str, Any], secret_digest_value: Any = None) -
     }
 
 
+# How long one operation may run, on the host (timeout(1)) and for the client: a probe only reads; an ensure may
+# download a model's weights or build a driver. GPUHOSTS_OPERATION_TIMEOUT_S raises the ensure's and teardown's
+# limit for a slow link (a 55 GB download at 20 MB/s takes 46 minutes).
+PROBE_TIMEOUT_S = 600
+OPERATION_TIMEOUT_S = 6 * 3600
+TIMEOUT_VARIABLE = "GPUHOSTS_OPERATION_TIMEOUT_S"
+
+
+def operation_timeout_s(operation: str, environ=os.environ) -> int:
+    if operation == "probe":
+        return PROBE_TIMEOUT_S
+    value = environ.get(TIMEOUT_VARIABLE, "")
+    return int(value) if value.isdigit() and int(value) > 0 else OPERATION_TIMEOUT_S
+
+
 def run_operation(connection: Connection, props: dict[str, Any], operation: str, resource_id: str | None = None,
                   stdin: bytes = b"") -> Completed:
     """One operation of a unit on the host, through the command that keeps its ownership record; SshError when
     the host cannot be reached or the connection drops."""
+    limit = operation_timeout_s(operation)
     command = lambda path: render("common/run.sh.j2", path=path, unit=props["unit"], operation=operation,
-                                  owner=resource_id or "")
-    return connection.run_script(props[operation], command, stdin)
+                                  owner=resource_id or "", timeout_s=limit)
+    # the client waits a little longer than the host's own limit, so the host's message arrives first
+    return connection.run_script(props[operation], command, stdin, timeout=limit + 60)
 
 
 def probe(connection: Connection, props: dict[str, Any], failure=None) -> dict[str, Any]:

@@ -30,6 +30,12 @@ from paramiko.ssh_exception import NoValidConnectionsError
 
 from gpuhosts import oplog
 
+# A peer that is gone without a word (powered off, a cable pulled) sends no reset: the kernel notices it through
+# TCP keepalives on an idle connection (first probe after 15 s, then every 10 s, 3 unanswered: 45 s) and through
+# TCP_USER_TIMEOUT while data waits unacknowledged (60 s), and paramiko's transport then ends.
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 15, 10, 3
+UNACKED_LIMIT_S = 60
+DEAD_PEER_S = max(KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES, UNACKED_LIMIT_S)
 DIAL_ATTEMPTS = 10
 DIAL_TIMEOUT_S = 15.0
 TEMP_FILE = re.compile(r"^/tmp/gpuhosts-unit\.[A-Za-z0-9]+$")
@@ -162,6 +168,7 @@ class Connection:
                                auth_timeout=self._dial_timeout, allow_agent=False, look_for_keys=False)
                 transport = client.get_transport()
                 transport.set_keepalive(15)
+                dead_peer_detection(transport.sock)
                 return client
             except paramiko.BadHostKeyException as error:
                 client.close()
@@ -253,20 +260,32 @@ class Connection:
             raise ConnectionDropped("the command ended without an exit status (its session was killed)")
         return Completed(status, out.decode(errors="replace"), err.decode(errors="replace"))
 
-    def run_script(self, script: str, command_template, stdin: bytes = b"") -> Completed:
+    def run_script(self, script: str, command_template, stdin: bytes = b"", *,
+                   timeout: float | None = None) -> Completed:
         """Upload `script` into a 0600 temporary file, then run `command_template(path)` with `stdin`.
 
         Without `stdin` (a probe, most ensures) both happen in one command: the script is the command's stdin,
         and the command template reads the file's path from `$uploaded` (`command_template(None)`); the host
         starts one session and one shell for the operation instead of two."""
         if not stdin:
-            return self.exec(UPLOAD_THEN_RUN + command_template(None), script.encode())
+            return self.exec(UPLOAD_THEN_RUN + command_template(None), script.encode(), timeout=timeout)
         made = self.exec("umask 077; f=$(mktemp /tmp/gpuhosts-unit.XXXXXXXX) && cat >\"$f\" && printf '%s\\n' \"$f\"",
                          script.encode())
         path = made.stdout.strip()
         if made.status != 0 or not TEMP_FILE.match(path):
             raise SshError(f"could not upload the script: {made.stderr.strip()[-500:]}")
-        return self.exec(command_template(path), stdin)
+        return self.exec(command_template(path), stdin, timeout=timeout)
+
+
+def dead_peer_detection(sock) -> None:
+    """TCP keepalive and TCP_USER_TIMEOUT on the connection's socket (Linux's names; left out where absent)."""
+    if not isinstance(sock, socket.socket):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+                        ("TCP_KEEPCNT", KEEPALIVE_PROBES), ("TCP_USER_TIMEOUT", UNACKED_LIMIT_S * 1000)):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 class Pool:

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +24,10 @@ from gpuhosts.check import HubError, hub_listing
 from gpuhosts.config import ConfigError
 from gpuhosts.facts import keyed_digest, keyed_observed
 from gpuhosts.plans.training_node import training_envs
+from gpuhosts.provider import PROBE_TIMEOUT_S, operation_timeout_s
 from gpuhosts.render import render
 from gpuhosts_monitor.app import MonitorConfig, create_app
+from gpuhosts.ssh import DEAD_PEER_S, dead_peer_detection
 from gpuhosts.stacks import validate_stack, validate_trainer_stack
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 
@@ -282,3 +285,38 @@ def test_speculators_scripts_are_checked_out_by_the_commit_their_release_tag_nam
 def test_scripts_no_commit_pins_are_refused_at_plan_time(change, field, words):
     message = trainer_plan_error(change)
     assert f"gpuhosts:{field}" in message and words in message
+
+
+# --- no bound on time ----------------------------------------------------------------------------------------------
+
+def test_a_hung_operation_is_ended_on_the_host_and_says_so(tmp_path):
+    """Before, a step that never returned (a `curl` to a silent server, a `flock` on a lock kept for ever) held the
+    unit, the provider and `pulumi up` with it for good."""
+    script = tmp_path / "unit.sh"
+    script.write_text("echo started; sleep 60; echo never\n")
+    command = render("common/run.sh.j2", path=str(script), unit="ct129-model-qwen3-6-27b", operation="ensure",
+                     owner="", timeout_s=1)
+    done = subprocess.run(["bash", "-c", command], env=host_env(tmp_path), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 124 and "started" in done.stdout and "never" not in done.stdout
+    assert "ct129-model-qwen3-6-27b ensure ran past 1 s and was ended" in done.stderr
+
+
+def test_every_operation_has_a_limit_the_operator_may_raise():
+    assert operation_timeout_s("probe") == PROBE_TIMEOUT_S == 600
+    assert operation_timeout_s("ensure", {}) == operation_timeout_s("teardown", {}) == 6 * 3600
+    assert operation_timeout_s("ensure", {"GPUHOSTS_OPERATION_TIMEOUT_S": "43200"}) == 43200
+    assert operation_timeout_s("ensure", {"GPUHOSTS_OPERATION_TIMEOUT_S": "soon"}) == 6 * 3600
+
+
+def test_a_dead_peer_is_noticed_within_a_minute():
+    """TCP keepalives on an idle connection and TCP_USER_TIMEOUT on unacknowledged data, set on the SSH socket."""
+    with socket.socket() as sock:
+        dead_peer_detection(sock)
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        idle = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
+        interval = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL)
+        probes = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT)
+        unacked_ms = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+    assert idle + interval * probes <= 60 and unacked_ms <= 60_000
+    assert DEAD_PEER_S == max(idle + interval * probes, unacked_ms // 1000) == 60
