@@ -269,7 +269,7 @@ exec "$real" "$@"
     def drop_on_output(self, pattern: str, how: str = "host") -> Path:
         """When a unit's script first prints a line matching the glob `pattern`, its connection is lost `how`:
 
-        * ``host`` — the host's side dies with the command (its whole session, process group and all);
+        * ``host`` — the host's side dies with the command (its whole session, every process group of it);
         * ``client`` — the connection's sshd process is killed: the client sees the connection drop while the
           command runs on at the host until it next writes to the closed connection.
 
@@ -277,7 +277,8 @@ exec "$real" "$@"
         `bash` comes first on PATH, hands everything else to the real one and fires once, on the marker line.
         The returned path exists once it has fired."""
         kill = {
-            "host": "kill -KILL 0",
+            # the session, not the process group: the script runs in a group of its own under timeout(1)
+            "host": "pkill -KILL -s 0",
             "client": _KILL_SSHD_SESSION,
         }[how]
         path = self.fault_bin / "bash"
