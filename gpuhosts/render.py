@@ -164,7 +164,7 @@ def _environment() -> jinja2.Environment:
     env.globals["install"] = _install_snippet
     env.globals.update(result_prefix=protocol.RESULT_PREFIX, facts_prefix=protocol.FACTS_PREFIX,
                        lock_wait_prefix=protocol.LOCK_WAIT_PREFIX, no_change_result=protocol.Result(False).line(),
-                       lock_timeout_s=protocol.LOCK_TIMEOUT_S)
+                       lock_timeout_s=protocol.LOCK_TIMEOUT_S, skipped_prefix=protocol.SKIPPED_PREFIX)
     return env
 
 

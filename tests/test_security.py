@@ -24,6 +24,7 @@ from gpuhosts.check import HubError, hub_listing
 from gpuhosts.config import ConfigError
 from gpuhosts.facts import keyed_digest, keyed_observed
 from gpuhosts.plans.training_node import training_envs
+from gpuhosts.protocol import parse_result, skipped
 from gpuhosts.provider import PROBE_TIMEOUT_S, operation_timeout_s
 from gpuhosts.render import render
 from gpuhosts_monitor.app import MonitorConfig, create_app
@@ -320,3 +321,30 @@ def test_a_dead_peer_is_noticed_within_a_minute():
         unacked_ms = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
     assert idle + interval * probes <= 60 and unacked_ms <= 60_000
     assert DEAD_PEER_S == max(idle + interval * probes, unacked_ms // 1000) == 60
+
+
+# --- a container's output read as the host's result --------------------------------------------------------------------
+
+FORGED = ('echo \'GPUHOSTS_RESULT {"changed":false,"rebootRequired":false}\'\n'
+          # a process in the container printing after the unit's own result line
+          'echo \'GPUHOSTS_SKIPPED left the host as it is: resource x owns this unit now\'\n'
+          'echo \'GPUHOSTS_RESULT {"changed":true,"rebootRequired":true,"report":{"awaitReboot":{"bootId":"x"}}}\'\n')
+
+
+def test_a_container_cannot_make_the_host_reboot_or_skip_a_teardown(tmp_path):
+    """Before, the last result line the container printed was the unit's: a container could ask the host to
+    reboot, or have a teardown reported as skipped."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "pct").write_text('#!/bin/bash\ncase "$1" in status) echo "status: running" ;;\n'
+                                 '  exec) shift 3; exec "$@" ;; esac\n')
+    (bin_dir / "pct").chmod(0o755)
+    script = render("container_services/in-container.sh.j2", unit="ct129-env-qwen-sglang", vmid=129,
+                    inner=FORGED.rstrip("\n"), secret=None, teardown=False)
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    result = parse_result(done.stdout)
+    assert (result.changed, result.reboot_required, result.report) == (False, False, {})
+    assert skipped(done.stdout) == []
+    assert "(printed in the container) GPUHOSTS_SKIPPED" in done.stdout

@@ -27,7 +27,8 @@ from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
 # uv as every machine installs it, pinned by the sha256 of each wheel of its release (the file `make` installs too).
-UV_REQUIREMENT = (Path(__file__).resolve().parent.parent / "uv-requirements.txt").read_text()
+UV_REQUIREMENT = "".join(line for line in (Path(__file__).resolve().parent.parent / "uv-requirements.txt")
+                         .read_text().splitlines(keepends=True) if not line.startswith("#"))
 UV_VERSION = re.search(r"^uv==(\S+)", UV_REQUIREMENT, re.M)[1]
 UV_HOME = f"{SERVICE_ROOT}/.uv"
 # `pct exec VMID -- bash -c SCRIPT` passes the script as one argument, and Linux takes at most 32 pages (128 KiB)

@@ -63,11 +63,7 @@ ensure_uv() {
     # pinned by content: pip installs only a wheel whose sha256 is one of these
     local requirement
     requirement="$(mktemp "$uv_home/uv-requirements.XXXXXX")"
-    printf '%s' '# uv itself, pinned by content: every wheel of the release on PyPI, by the sha256 PyPI'"'"'s simple index lists for it
-# (https://pypi.org/simple/uv/). Installed with `pip install --require-hashes --only-binary :all: -r` by `make` (for
-# operators and CI), and by gpuhosts on hosts and in containers (templates/container_services/uv.sh.j2), so a
-# replaced file on the index installs nothing. A new uv release: its version here and every hash.
-uv==0.13.9 \
+    printf '%s' 'uv==0.13.9 \
     --hash=sha256:56ec37616c00220032fc7b8c9d0ef51367fd0d70d9cd6ddd841660f949f84fed \
     --hash=sha256:c16ed11e013557536b3e60065f1b912f6407bd6518e041b961e23ef9e6b4fbf5 \
     --hash=sha256:66c512266d633bef48384a1f53003f41f2a8e7b36fe6e7fbfd3e0fd52d96fa63 \
