@@ -186,3 +186,16 @@ def test_rendered_gate_script_runs_in_the_container_shape(serve, tmp_path):
                           .replace('"ready_timeout_s": 5', '"ready_timeout_s": 0'), str(env_file), "VLLM_API_KEY"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "deploy gate: FAILED" in bad.stdout
+
+
+def test_an_engine_that_answers_without_the_key_fails_the_gate(serve):
+    """The key is configured, but the engine never got it (or ignores it): anyone who reaches the port uses it.
+    Before, the gate sent every request with the key and passed."""
+    result = run_gate(settings(serve(Engine(key=None)), api_key=KEY))
+    assert not result.passed
+    assert any("answered 200 to a request without the API key" in f for f in result.failures), result.failures
+
+
+def test_an_engine_that_asks_for_the_key_passes_the_keyless_check(serve):
+    result = run_gate(settings(serve(Engine(key=KEY)), api_key=KEY))
+    assert not [f for f in result.failures if "without the API key" in f], result.failures

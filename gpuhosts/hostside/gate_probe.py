@@ -146,6 +146,18 @@ def _request(settings: GateSettings, path: str, body: dict | None = None, timeou
     return urllib.request.urlopen(request, timeout=timeout or settings.request_timeout_s)
 
 
+def keyless_status(settings: GateSettings) -> int | str:
+    """What the engine answers to a request for /v1/models without the API key: an HTTP status, or why none came."""
+    request = urllib.request.Request(settings.base_url.rstrip("/") + "/v1/models")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError) as error:
+        return f"nothing ({getattr(error, 'reason', error)})"
+
+
 def wait_healthy(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> str | None:
     """None once /health answers 200; otherwise why not, when ready_timeout_s has passed."""
     deadline = clock() + settings.ready_timeout_s
@@ -215,6 +227,11 @@ def run_gate(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> 
         result.failures.append(f"engine {why}")
         return result
     result.healthy = True
+    if settings.api_key and (status := keyless_status(settings)) not in (401, 403):
+        # the key is only worth something if the engine asks for it: an engine that answers without it serves
+        # anyone who reaches the port
+        result.failures.append(f"/v1/models answered {status} to a request without the API key; the engine must "
+                               "refuse it (401): check that the key reaches the engine")
     try:
         with _request(settings, "/v1/models") as response:
             listed = [m.get("id") for m in json.load(response).get("data", [])]

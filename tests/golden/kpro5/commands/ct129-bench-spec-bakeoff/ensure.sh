@@ -4,7 +4,7 @@
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=bb1b411b6b9626ee7eb197cc13db4f31
+inputs=f5889b348d32443138eabf9a3a2bdb7a
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
