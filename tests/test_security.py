@@ -348,3 +348,22 @@ def test_a_container_cannot_make_the_host_reboot_or_skip_a_teardown(tmp_path):
     assert (result.changed, result.reboot_required, result.report) == (False, False, {})
     assert skipped(done.stdout) == []
     assert "(printed in the container) GPUHOSTS_SKIPPED" in done.stdout
+
+
+# --- services as root with no sandbox ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", ["kpro5", "trainer"])
+def test_every_service_gpuhosts_installs_is_hardened(stack, tmp_path):
+    subprocess.run([sys.executable, "-m", "gpuhosts.cli", "plan", stack, "--out", str(tmp_path)], check=True,
+                   capture_output=True, cwd=UV_FILE.parent.parent)
+    units = [p for p in tmp_path.glob("hosts/**/etc/systemd/system/*.service")]
+    assert units
+    for unit in units:
+        text = unit.read_text()
+        if "Type=oneshot" in text:
+            continue
+        assert "\nNoNewPrivileges=yes\n" in text, unit
+    monitor = [u for u in units if u.name == "gpuhosts-training-monitor.service"]
+    for unit in monitor:
+        # it answers HTTP: the most exposed, the most closed
+        assert {"ProtectSystem=strict", "ProtectHome=read-only", "PrivateTmp=yes"} <= set(unit.read_text().split("\n"))

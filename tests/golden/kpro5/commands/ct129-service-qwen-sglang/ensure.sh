@@ -34,7 +34,7 @@ done
 # when it is the last one: installing them and that decision take the same lock.
 install_service_files() {
 install_file /etc/systemd/system/gpuhosts-qwen-sglang.service 0644 <<'GPUHOSTS_EOF'
-# [content: containers/129/etc/systemd/system/gpuhosts-qwen-sglang.service sha256:c7df03c79b1289f1]
+# [content: containers/129/etc/systemd/system/gpuhosts-qwen-sglang.service sha256:d0334d7d7b7308c5]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/sglang-serve.py 0755 <<'GPUHOSTS_EOF'

@@ -34,7 +34,7 @@ done
 # when it is the last one: installing them and that decision take the same lock.
 install_service_files() {
 install_file /etc/systemd/system/gpuhosts-qwen-vllm-dflash.service 0644 <<'GPUHOSTS_EOF'
-# [content: containers/129/etc/systemd/system/gpuhosts-qwen-vllm-dflash.service sha256:ee438a910cfd54d7]
+# [content: containers/129/etc/systemd/system/gpuhosts-qwen-vllm-dflash.service sha256:bbd75c62b08e8398]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'

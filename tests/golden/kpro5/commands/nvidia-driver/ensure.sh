@@ -193,7 +193,7 @@ fi
 
 systemd_repair "$persistenced_unit_name"
 install_file /etc/systemd/system/gpuhosts-nvidia-persistenced.service 0644 <<'GPUHOSTS_EOF'
-# [content: etc/systemd/system/gpuhosts-nvidia-persistenced.service sha256:c5b4fce5cf006be6]
+# [content: etc/systemd/system/gpuhosts-nvidia-persistenced.service sha256:daf5c359557f55d6]
 GPUHOSTS_EOF
 if [ "$file_changed" = 1 ] || [ "$systemd_repaired" = 1 ]; then
   systemctl daemon-reload

@@ -63,7 +63,7 @@ install_file /etc/gpuhosts/monitoring/dcgm-exporter/gpuhosts-counters.csv 0644 <
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-dcgm-exporter.service 0644 <<'GPUHOSTS_EOF'
-# [content: etc/systemd/system/gpuhosts-dcgm-exporter.service sha256:17474b7c7da12559]
+# [content: etc/systemd/system/gpuhosts-dcgm-exporter.service sha256:ef2608dadc183d4c]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 [ "$restart" = 0 ] || systemctl daemon-reload

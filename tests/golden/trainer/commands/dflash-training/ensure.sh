@@ -15,7 +15,7 @@ install_file /opt/gpuhosts/training/train_dflash_qwen36.sh 0755 <<'GPUHOSTS_EOF'
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-dflash-training.service 0644 <<'GPUHOSTS_EOF'
-# [content: etc/systemd/system/gpuhosts-dflash-training.service sha256:f95112a32e7e4772]
+# [content: etc/systemd/system/gpuhosts-dflash-training.service sha256:bb8e2d5307e69b97]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 [ "$restart" = 0 ] || systemctl daemon-reload

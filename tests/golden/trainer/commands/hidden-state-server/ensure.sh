@@ -10,7 +10,7 @@ done
 systemd_repair "$unit_name"
 [ "$systemd_repaired" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-hidden-state-server.service 0644 <<'GPUHOSTS_EOF'
-# [content: etc/systemd/system/gpuhosts-hidden-state-server.service sha256:576bea34df127dcd]
+# [content: etc/systemd/system/gpuhosts-hidden-state-server.service sha256:cb60ced6f9eee56c]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/check-hidden-states.py 0755 <<'GPUHOSTS_EOF'

@@ -59,7 +59,7 @@ fi
 systemd_repair "$unit_name"
 [ "$systemd_repaired" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-node-exporter.service 0644 <<'GPUHOSTS_EOF'
-# [content: etc/systemd/system/gpuhosts-node-exporter.service sha256:0644b9c92bdf5529]
+# [content: etc/systemd/system/gpuhosts-node-exporter.service sha256:d7235bbfab817fdc]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 [ "$restart" = 0 ] || systemctl daemon-reload

@@ -46,7 +46,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/templates/index.html 064
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-training-monitor.service 0644 <<'GPUHOSTS_EOF'
-# [content: etc/systemd/system/gpuhosts-training-monitor.service sha256:0235ffa98035cb92]
+# [content: etc/systemd/system/gpuhosts-training-monitor.service sha256:6ea0ef9d7c97facd]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 [ "$restart" = 0 ] || systemctl daemon-reload
