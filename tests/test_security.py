@@ -367,3 +367,36 @@ def test_every_service_gpuhosts_installs_is_hardened(stack, tmp_path):
     for unit in monitor:
         # it answers HTTP: the most exposed, the most closed
         assert {"ProtectSystem=strict", "ProtectHome=read-only", "PrivateTmp=yes"} <= set(unit.read_text().split("\n"))
+
+
+# --- a teardown that takes an administrator's packages with it -------------------------------------------------------
+
+def removing(tree: Path, depends: str = "") -> subprocess.CompletedProcess:
+    state = tree / "var/lib/fakehost"
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "dpkg-installed").write_text("dkms\nproxmox-headers-6.8.12-4-pve\nzfs-dkms-extra\n")
+    if depends:
+        (state / "dpkg-depends").write_text(depends)
+    script = render("common/lib.sh.j2", unit="nvidia-driver") + \
+        "remove_packages remove dkms proxmox-headers-6.8.12-4-pve\nfinish\n"
+    return subprocess.run(["bash", "-c", script], env=host_env(tree), capture_output=True, text=True, timeout=60)
+
+
+def installed(tree: Path) -> list[str]:
+    return (tree / "var/lib/fakehost/dpkg-installed").read_text().split()
+
+
+def test_packages_gpuhosts_installed_go_when_nothing_else_needs_them(tmp_path):
+    done = removing(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert installed(tmp_path) == ["zfs-dkms-extra"] and skipped(done.stdout) == []
+
+
+def test_packages_another_package_needs_are_kept_and_destroy_says_why(tmp_path):
+    """The attack first: `apt-get remove -y dkms` also removes what an administrator installed since that needs
+    dkms; apt's simulation shows it, and the teardown keeps them all."""
+    done = removing(tmp_path, "zfs-dkms-extra: dkms\n")
+    assert done.returncode == 0, done.stderr
+    assert installed(tmp_path) == ["dkms", "proxmox-headers-6.8.12-4-pve", "zfs-dkms-extra"]
+    (why,) = skipped(done.stdout)
+    assert "would also remove zfs-dkms-extra" in why and "kept the packages dkms proxmox-headers-6.8.12-4-pve" in why

@@ -774,6 +774,24 @@ def pkg_version(name, r=None):
     return {"dkms": "3.0.10-8+deb12u1", "proxmox-default-headers": "1.1.0"}.get(name, "1.0-1")
 
 
+def dependents(r, removed: list[str], have: list[str]) -> list[str]:
+    """Installed packages that depend, directly or not, on one of `removed`."""
+    table = r / "var/lib/fakehost/dpkg-depends"
+    depends = {}
+    if table.is_file():
+        for line in table.read_text().splitlines():
+            name, _, deps = line.partition(":")
+            depends[name.strip()] = deps.split()
+    found, frontier = [], list(removed)
+    while frontier:
+        gone = frontier.pop()
+        for name in have:
+            if gone in depends.get(name, ()) and name not in found and name not in removed:
+                found.append(name)
+                frontier.append(name)
+    return found
+
+
 def cmd_apt_get(argv):
     r = root()
     yes = any(a in ("-y", "--yes", "--assume-yes", "-qy", "-yq") for a in argv)
@@ -818,6 +836,15 @@ def cmd_apt_get(argv):
     todo = [p for p in pkgs if (p not in have) == (sub == "install")]
     if sub == "install":
         todo += [p for p in moved if p not in todo]
+    else:
+        # apt removes what depends on a package it removes (var/lib/fakehost/dpkg-depends: "package: its
+        # dependencies", what a test installs beside gpuhosts' packages)
+        todo += [p for p in dependents(r, todo, have) if p not in todo]
+    if sub in ("remove", "purge") and any(a in ("-s", "--simulate", "--just-print", "--dry-run") for a in argv):
+        # apt-get(8) -s: "Remv NAME [VERSION]" a package, nothing done
+        for p in todo:
+            print(f"Remv {p} [{pkg_version(p, r)}]")
+        return 0
     for p in pkgs:
         if p not in todo:
             print(f"{p} is already the newest version ({pkg_version(p)})." if sub == "install"

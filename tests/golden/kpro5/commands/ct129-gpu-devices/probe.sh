@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:24e549ce7da88918 unit=ct129-gpu-devices]
+# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-gpu-devices]
 # The probe of ct129-gpu-devices: reads the host and changes nothing; prints one facts line.
 # [templates/lxc_gpu_passthrough/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
 # node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:24e549ce7da88918 unit=dcgm-exporter]
+# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=dcgm-exporter]
 # Stop and remove gpuhosts-dcgm-exporter.service and its files; the packages and the mask only where gpuhosts put them.
 unit_name=gpuhosts-dcgm-exporter.service
 state="$state_dir/"dcgm-exporter.state
@@ -25,8 +25,7 @@ if [ -f "$state" ]; then
   done
   if [ "${#package_list[@]}" -gt 0 ]; then
     # purge: the conffiles came with the package gpuhosts installed (/etc/default/prometheus-node-exporter)
-    with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get purge -y "${package_list[@]}"
-    note_change "purged ${package_list[*]}"
+    remove_packages purge "${package_list[@]}"
   fi
   while IFS= read -r masked; do
     if [ -L "$root/etc/systemd/system/$masked" ]; then

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:24e549ce7da88918 unit=node-exporter]
+# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=node-exporter]
 # Stop and remove gpuhosts-node-exporter.service and its files; the packages and the mask only where gpuhosts put them.
 unit_name=gpuhosts-node-exporter.service
 state="$state_dir/"node-exporter.state
@@ -21,8 +21,7 @@ if [ -f "$state" ]; then
   done
   if [ "${#package_list[@]}" -gt 0 ]; then
     # purge: the conffiles came with the package gpuhosts installed (/etc/default/prometheus-node-exporter)
-    with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get purge -y "${package_list[@]}"
-    note_change "purged ${package_list[*]}"
+    remove_packages purge "${package_list[@]}"
   fi
   while IFS= read -r masked; do
     if [ -L "$root/etc/systemd/system/$masked" ]; then

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:24e549ce7da88918 unit=nvidia-driver]
+# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=nvidia-driver]
 
 version=580.126.09
 persistenced_unit_name=gpuhosts-nvidia-persistenced.service
@@ -44,8 +44,7 @@ for pkg in $packages; do
   fi
 done
 if [ "${#package_list[@]}" -gt 0 ]; then
-  with_lock dpkg env DEBIAN_FRONTEND=noninteractive apt-get remove -y "${package_list[@]}"
-  note_change "removed ${package_list[*]}"
+  remove_packages remove "${package_list[@]}"
 fi
 
 if [ -e "$cache/$run_file" ]; then
