@@ -326,12 +326,8 @@ class HostUnitProvider(ResourceProvider):
         raise UnitFailed(f"{props['unit']}: the host did not come back from its reboot within {REBOOT_WAIT_S:.0f} s")
 
     def _failure(self, props: dict[str, Any], operation: str, completed) -> str:
-        text = protocol.tail(completed.stdout + completed.stderr)
-        for name, value in _CONFIG.items():
-            if value and isinstance(value, str) and len(value) >= 8 and name != f"{NAMESPACE}:host":
-                if _is_secret_name(name):
-                    text = text.replace(value, "[secret]")
-        return f"{props['unit']}: {operation} exited with status {completed.status}:\n{text}"
+        return f"{props['unit']}: {operation} exited with status {completed.status}:\n" + \
+            redacted(protocol.tail(completed.stdout + completed.stderr), _CONFIG)
 
     @staticmethod
     def _outputs(props: dict[str, Any], result: protocol.Result) -> dict[str, Any]:
@@ -443,9 +439,15 @@ def _config_value(name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _is_secret_name(name: str) -> bool:
-    lowered = name.lower()
-    return any(word in lowered for word in ("key", "token", "secret", "password"))
+def redacted(text: str, config: dict[str, Any]) -> str:
+    """`text` with every value of the stack's config that could be a secret replaced, by value: a secret's name
+    says nothing (an API key may be named anything), so every string value of 8 characters or more goes, and each
+    long line of a multi-line one (a private key's body may be printed in part)."""
+    values = [value for value in config.values() if isinstance(value, str) and len(value) >= 8]
+    pieces = values + [line.strip() for value in values for line in value.splitlines() if len(line.strip()) >= 16]
+    for piece in sorted(set(pieces), key=len, reverse=True):
+        text = text.replace(piece, "[secret]")
+    return text
 
 
 def dial_attempts() -> int:

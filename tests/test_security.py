@@ -25,7 +25,7 @@ from gpuhosts.config import ConfigError
 from gpuhosts.facts import keyed_digest, keyed_observed
 from gpuhosts.plans.training_node import training_envs
 from gpuhosts.protocol import parse_result, skipped
-from gpuhosts.provider import PROBE_TIMEOUT_S, operation_timeout_s
+from gpuhosts.provider import PROBE_TIMEOUT_S, operation_timeout_s, redacted
 from gpuhosts.render import render
 from gpuhosts_monitor.app import MonitorConfig, create_app
 from gpuhosts.ssh import DEAD_PEER_S, dead_peer_detection
@@ -400,3 +400,17 @@ def test_packages_another_package_needs_are_kept_and_destroy_says_why(tmp_path):
     assert installed(tmp_path) == ["dkms", "proxmox-headers-6.8.12-4-pve", "zfs-dkms-extra"]
     (why,) = skipped(done.stdout)
     assert "would also remove zfs-dkms-extra" in why and "kept the packages dkms proxmox-headers-6.8.12-4-pve" in why
+
+
+# --- redaction by a secret's name ------------------------------------------------------------------------------------
+
+def test_a_failure_message_hides_every_secret_by_its_value():
+    """Before, only config names with key/token/secret/password in them were redacted: a secret stack key named
+    `gpuhosts:gatewayCredential` (any name apiKeySecret may give) was printed in the error, and so in the log."""
+    config = {"gpuhosts:gatewayCredential": "sk-live-0123456789abcdef",
+              "gpuhosts:sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n"
+                                        "-----END OPENSSH PRIVATE KEY-----\n"}
+    text = ("curl: (22) 401 for Bearer sk-live-0123456789abcdef\n"
+            "key line b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ echoed\n")
+    shown = redacted(text, config)
+    assert "sk-live" not in shown and "b3BlbnNzaC1rZXktdjE" not in shown and shown.count("[secret]") == 2
