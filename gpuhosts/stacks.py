@@ -168,9 +168,6 @@ def validate_trainer_stack(raw: dict[str, Any], secret_keys: set[str] | frozense
         problems += multi_node_problems(node, training, multi_node)
     if node is not None and training is not None:
         problems += _training_problems(node, training, set(secret_keys))
-        problems += [Problem(path=f"{NAMESPACE}:{field}", message=message)
-                     for field, message in speculators_driver.scripts_problems(training.speculators,
-                                                                               "training.speculators")]
         config = (drafter_configs or {}).get(training.drafter.repo)
         if config is not None:
             problems += drafter_config_problems(training, config)
@@ -266,9 +263,14 @@ def training_lock_problems(training) -> list[Problem]:
 
 def require_locks(stack):
     """`stack` (a validated StackConfig or TrainerStack), or ConfigError naming each field whose environment has no
-    committed lock — before any unit is planned."""
+    committed lock, or whose code from a repository no commit pins — before any unit is planned."""
     if hasattr(stack, "training"):
         problems = training_lock_problems(stack.training)
+        if not problems:
+            # what the node runs from speculators' repository is pinned as its environment is: by content
+            problems = [Problem(path=f"{NAMESPACE}:{field}", message=message)
+                        for field, message in speculators_driver.scripts_problems(stack.training.speculators,
+                                                                                  "training.speculators")]
     else:
         problems = service_lock_problems(list(enumerate(stack.services)))
     if problems:

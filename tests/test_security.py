@@ -29,7 +29,7 @@ from gpuhosts.provider import PROBE_TIMEOUT_S, operation_timeout_s, redacted
 from gpuhosts.render import render
 from gpuhosts_monitor.app import MonitorConfig, create_app
 from gpuhosts.ssh import DEAD_PEER_S, dead_peer_detection
-from gpuhosts.stacks import validate_stack, validate_trainer_stack
+from gpuhosts.stacks import require_locks, validate_stack, validate_trainer_stack
 from conftest import KPRO5_SECRETS, TRAINER_SECRETS, kpro5_values, trainer_values
 
 
@@ -269,7 +269,7 @@ def trainer_plan_error(change) -> str:
     values = trainer_values()
     change(values["training"]["speculators"])
     with pytest.raises(ConfigError) as caught:
-        validate_trainer_stack(values, TRAINER_SECRETS)
+        require_locks(validate_trainer_stack(values, TRAINER_SECRETS))
     return str(caught.value)
 
 
