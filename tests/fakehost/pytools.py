@@ -410,6 +410,8 @@ def pip(venv: Path, args) -> int:
     if not specs:
         raise Fail("ERROR: You must give at least one requirement to install (see \"pip help install\")", 1)
     if "--require-hashes" in opts:
+        # pip's hash-checking mode (pip 25 user guide, "Secure installs"): every requirement pinned with == and
+        # hashed, else pip refuses before it downloads anything; uv's wording is the one check_hashes prints
         check_hashes(entries)
     quiet = bool({"-q", "--quiet"} & set(opts))
     if (bad := failing("pip_fail_install", [parse_spec(s)[0] for s in specs])):

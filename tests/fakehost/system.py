@@ -837,11 +837,14 @@ def cmd_apt_get(argv):
     if sub == "install":
         todo += [p for p in moved if p not in todo]
     else:
-        # apt removes what depends on a package it removes (var/lib/fakehost/dpkg-depends: "package: its
-        # dependencies", what a test installs beside gpuhosts' packages)
+        # apt removes what depends on a package it removes: an installed package whose Depends would be broken
+        # goes with it (apt 2.6 apt-get(8) "remove"; apt-pkg/depcache.cc MarkDelete of reverse dependencies under
+        # the problem resolver). var/lib/fakehost/dpkg-depends lists "package: its dependencies" for what a test
+        # installs beside gpuhosts' packages.
         todo += [p for p in dependents(r, todo, have) if p not in todo]
     if sub in ("remove", "purge") and any(a in ("-s", "--simulate", "--just-print", "--dry-run") for a in argv):
-        # apt-get(8) -s: "Remv NAME [VERSION]" a package, nothing done
+        # apt-get(8) -s, --simulate: "a series of lines each representing a dpkg operation: configure (Conf),
+        # remove (Remv) or unpack (Inst)", as "Remv NAME [VERSION]" (apt-private/private-install.cc), nothing done
         for p in todo:
             print(f"Remv {p} [{pkg_version(p, r)}]")
         return 0
