@@ -42,9 +42,10 @@ system-deps:
 	@command -v shellcheck >/dev/null && command -v systemd-analyze >/dev/null && \
 		test -x /usr/sbin/sshd && command -v ssh >/dev/null && command -v chromium >/dev/null && \
 		command -v /usr/sbin/modprobe >/dev/null && command -v /usr/sbin/depmod >/dev/null && \
-		command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null || \
+		command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null && \
+		command -v pkill >/dev/null || \
 		{ apt-get update -qq && apt-get install -y -qq shellcheck systemd openssh-server openssh-client chromium kmod \
-			prometheus prometheus-alertmanager; }
+			prometheus prometheus-alertmanager procps; }
 
 # The quick tier, after every change: every unit kind by its plan and one converge on the simulated host; the
 # scenario suites (faults, fidelity, hostile input, every drift case) are marked `full` (tests/conftest.py).
