@@ -266,6 +266,10 @@ class ContainerConfig(_Model):
         None, description="Host storage bind-mounted into the container for services with weightsOn: host, so "
                           "weights survive a rebuild of the container. Default none."
     )
+    profiling_device: bool = Field(
+        False, description="Also pass /dev/nvidia-uvm-tools, which CUDA profilers (Nsight Systems, CUPTI) use to "
+                           "trace the GPU's memory traffic. Default false: no process in the container traces it."
+    )
 
 
 

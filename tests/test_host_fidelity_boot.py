@@ -38,8 +38,9 @@ def test_after_a_reboot_the_onboot_container_starts_with_every_node_it_was_given
     assert boot_log(converged) == ""
     assert ct_running(converged)
     given = set(converged.container_devices())
-    assert {f"/dev/nvidia{converged.minor(a)}" for a in A6000} | {"/dev/nvidiactl", "/dev/nvidia-uvm",
-                                                                  "/dev/nvidia-uvm-tools"} <= given
+    assert {f"/dev/nvidia{converged.minor(a)}" for a in A6000} | {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= given
+    # the profiling node only where a container asks for it (profilingDevice)
+    assert "/dev/nvidia-uvm-tools" not in given
     assert {f"/dev/{name}" for name in nodes(converged)} >= given
 
 

@@ -118,7 +118,7 @@ def test_devn_entries_written_with_explicit_keys_are_recognised(converged, spell
     sh(converged, "pct reboot 129")
     assert sorted(seen(converged)) == sorted(
         [f"/dev/nvidia{converged.minor(a)}" for a in ("0000:41:00.0", "0000:61:00.0")]
-        + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+        + ["/dev/nvidiactl", "/dev/nvidia-uvm"])
 
 
 @pytest.mark.parametrize("missing, says", [

@@ -127,7 +127,7 @@ def test_up_from_the_seed_reaches_the_kpro5_state(host):
 
     minors = {a: host.minor(a) for a in A6000}
     assert sorted(host.container_devices()) == sorted(
-        [f"/dev/nvidia{m}" for m in minors.values()] + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+        [f"/dev/nvidia{m}" for m in minors.values()] + ["/dev/nvidiactl", "/dev/nvidia-uvm"])
     assert (host.tree / "var/lib/lxc/129/rootfs/usr/lib/x86_64-linux-gnu" / f"libnvidia-ml.so.{VERSION}").exists()
     smi = host.smi_in_container()
     assert smi.returncode == 0, smi.stderr
@@ -178,18 +178,18 @@ DEVICES_RECORD = "var/lib/gpuhosts/lxc-129-devices.state"
 @pytest.mark.parametrize("record", ["cut to one line", "missing", "naming the user's own entry"])
 def test_devices_teardown_reads_the_container_as_it_is_whatever_the_record_says(converged, record):
     """Teardown removes every devN that names a node gpuhosts gives CT 129 (the declared GPUs' /dev/nvidia<minor>,
-    /dev/nvidiactl, the uvm pair), found in the container's config: a record cut short or lost leaves none behind,
+    /dev/nvidiactl, /dev/nvidia-uvm), found in the container's config: a record cut short or lost leaves none behind,
     and no line of it makes another entry go."""
     (converged.tree / "dev/dri").mkdir()
     (converged.tree / "dev/dri/renderD128").write_text("c 226:128\n")
     result = converged.run("pct set 129 --dev5 /dev/dri/renderD128,gid=104")
     assert result.returncode == 0, result.stderr
     ours = sorted([f"/dev/nvidia{converged.minor(a)}" for a in A6000]
-                  + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+                  + ["/dev/nvidiactl", "/dev/nvidia-uvm"])
     assert sorted(converged.container_devices()) == sorted(ours + ["/dev/dri/renderD128"])
     state = converged.tree / DEVICES_RECORD
     lines = state.read_text().splitlines()
-    assert len(lines) == 5, lines
+    assert len(lines) == 4, lines
     if record == "cut to one line":
         state.write_text(lines[0] + "\n")
     elif record == "missing":
@@ -446,3 +446,30 @@ def test_the_devices_probe_reports_what_the_driver_chose_as_observations(converg
                         "major of nvidia-uvm": majors["nvidia-uvm"], "major of nvidia-caps": majors["nvidia-caps"]}
     # Everything else the probe reports is a declared fact.
     assert {k for k in reported if not k.startswith(OBSERVATION)} == set(unit.desired)
+
+
+def test_the_profiling_node_is_given_only_when_asked_and_taken_back_after(converged):
+    """/dev/nvidia-uvm-tools lets a container's processes trace the GPU's memory traffic (CUDA profilers use it):
+    passed only with profilingDevice, and an entry of gpuhosts' own goes once the stack no longer asks for it."""
+    values = converged.values()
+    values["containers"][0]["profilingDevice"] = True
+    devices = converged.unit("ct129-gpu-devices", values)
+    converged.apply(devices)
+    assert "/dev/nvidia-uvm-tools" in converged.container_devices()
+    assert converged.probe(devices) == devices.desired
+    without = converged.unit("ct129-gpu-devices")
+    assert converged.probe(without)["device /dev/nvidia-uvm-tools"] == "passed"
+    output = converged.apply(without)
+    assert "removed" in output and "/dev/nvidia-uvm-tools" in output, output
+    converged.run("pct reboot 129")
+    assert "/dev/nvidia-uvm-tools" not in converged.container_devices()
+    assert converged.probe(without) == without.desired
+
+
+def test_a_profiling_node_passed_by_hand_is_named_not_taken(converged):
+    result = converged.run("pct set 129 --dev7 /dev/nvidia-uvm-tools")
+    assert result.returncode == 0, result.stderr
+    devices = converged.unit("ct129-gpu-devices")
+    assert converged.probe(devices)["device /dev/nvidia-uvm-tools"] == "passed"
+    refused(converged, devices, "has /dev/nvidia-uvm-tools as dev7, which gpuhosts did not give")
+    assert "/dev/nvidia-uvm-tools" in converged.container_devices()

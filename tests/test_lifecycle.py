@@ -82,7 +82,7 @@ def test_up_from_the_seed_reaches_the_kpro5_state(template):
         assert bed.driver(address) == "nvidia", address
     assert bed.text("/sys/module/nvidia/version").strip() == VERSION
     assert sorted(bed.container_devices()) == sorted(
-        [f"/dev/nvidia{bed.minor(a)}" for a in A6000] + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+        [f"/dev/nvidia{bed.minor(a)}" for a in A6000] + ["/dev/nvidiactl", "/dev/nvidia-uvm"])
     smi = bed.smi_in_container()
     assert smi.returncode == 0, smi.stderr
     assert sorted(smi.stdout.split()) == sorted(["00000000:41:00.0,", "00000000:61:00.0,", VERSION, VERSION])

@@ -13,6 +13,12 @@ from gpuhosts.units import Unit
 UVM_UNIT = "gpuhosts-nvidia-uvm.service"
 UVM_AT_BOOT = "nvidia-uvm-at-boot"
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+# What every container with a GPU needs; the profiling node only where the stack asks for it (profilingDevice).
+PROFILING_NODE = "/dev/nvidia-uvm-tools"
+
+
+def container_nodes(container: ContainerConfig) -> tuple[str, ...]:
+    return tuple(node for node in CONTROL_NODES if node != PROFILING_NODE or container.profiling_device)
 
 
 def devices_key(vmid: int) -> str:
@@ -53,11 +59,16 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig, need
         hostname=container.hostname,
         allow_restart=container.allow_restart,
         gpus=[gpu.address for gpu in config.container_gpus(container.vmid)],
+        nodes=list(container_nodes(container)),
+        unwanted=[] if container.profiling_device else [PROFILING_NODE],
     )
     # The GPU's node is named by its minor, which only the host's driver knows; the fact names the GPU.
     facts = [Fact(f"device {gpu.address}", f"container_device_of_gpu {gpu.address}", "passed")
              for gpu in config.container_gpus(container.vmid)]
-    facts += [Fact(f"device {node}", f"container_device {node}", "passed") for node in CONTROL_NODES]
+    facts += [Fact(f"device {node}", f"container_device {node}", "passed") for node in container_nodes(container)]
+    if not container.profiling_device:
+        # passed by hand (or by a release before it was asked for): seen, and the ensure takes it back if it is ours
+        facts.append(Fact(f"device {PROFILING_NODE}", f"container_device {PROFILING_NODE}", "absent"))
     # Another guest on one of them is drift the ensure refuses: the value names the guest.
     facts += [Fact(f"other guests on {gpu.address}", f"gpu_guests {gpu.address}", "none")
               for gpu in config.container_gpus(container.vmid)]
@@ -77,7 +88,7 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig, need
         undoes=(f"devN entries naming the nodes gpuhosts gives removed from CT {container.vmid} "
                 f"({container.hostname}): GPUs "
                 f"{', '.join(gpu.address for gpu in config.container_gpus(container.vmid))}, "
-                f"{', '.join(CONTROL_NODES)}; the container loses them at its next restart"),
+                f"{', '.join(container_nodes(container))}; the container loses them at its next restart"),
         restarts=container.vmid,
         restart_allowed=container.allow_restart,
     )

@@ -11,7 +11,8 @@ from gpuhosts.plans.inference_service import engine_args, engine_environment, en
 from gpuhosts.plans.container_userspace import plan_container_userspace
 from gpuhosts.plans.host_reboot import plan_host_reboot
 from gpuhosts.plans.monitoring_files import plan_monitoring
-from gpuhosts.plans.lxc_gpu_passthrough import UVM_AT_BOOT, devices_key, plan_container_devices, plan_uvm_at_boot
+from gpuhosts.plans.lxc_gpu_passthrough import (UVM_AT_BOOT, container_nodes, devices_key, plan_container_devices,
+                                                plan_uvm_at_boot)
 from gpuhosts.plans.nvidia_driver import UNIT as DRIVER, plan_nvidia_driver
 from gpuhosts.plans.vfio_binding import UNIT as VFIO, plan_vfio_binding
 from gpuhosts.config import GpuUse, StackConfig
@@ -71,7 +72,7 @@ def summarize_host(config: StackConfig) -> dict:
                 "hostname": c.hostname,
                 "gpus": [gpu.address for gpu in config.container_gpus(c.vmid)],
                 "devices": ["/dev/nvidia<minor of %s>" % gpu.address for gpu in config.container_gpus(c.vmid)]
-                + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"],
+                + list(container_nodes(c)),
                 "userspace": driver.version if driver else None,
                 "modelStore": None if c.model_store is None else {"hostPath": c.model_store.host_path,
                                                                   "path": c.model_store.path},

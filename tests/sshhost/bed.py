@@ -273,7 +273,7 @@ class Bed(HostView):
             return found
         in_ct = [g["address"] for g in gpus if g["use"] == "container"]
         expected = sorted([f"/dev/nvidia{self.minor(a)}" for a in in_ct]
-                          + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+                          + ["/dev/nvidiactl", "/dev/nvidia-uvm"])
         if sorted(self.container_devices()) != expected:
             found.append(f"CT 129 has {sorted(self.container_devices())}, not {expected}")
         if not (self.tree / "dev/nvidia-uvm").exists():

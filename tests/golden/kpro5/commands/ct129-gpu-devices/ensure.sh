@@ -207,7 +207,7 @@ for address in "${gpus[@]}"; do
   wanted+=("/dev/nvidia$minor")
   say "GPU $address is /dev/nvidia$minor"
 done
-wanted+=(/dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools)
+wanted+=(/dev/nvidiactl /dev/nvidia-uvm)
 for node in "${wanted[@]}"; do
   [ -e "$root$node" ] || refuse "host device $node is missing ($(node_fix "$node"); the nvidia-uvm-at-boot unit \
 does at every boot); pct would refuse it and the container would not start"
@@ -238,6 +238,16 @@ while IFS=$'\t' read -r key path; do
     dropped+=("$key")
   fi
 done <<<"$entries"
+# A node the stack does not give (the profiling node, unless profilingDevice) that someone passed by hand: gpuhosts
+# takes back only its own entries, and names the other.
+unwanted=(/dev/nvidia-uvm-tools)
+for node in "${unwanted[@]}"; do
+  while IFS=$'\t' read -r key path; do
+    [ "$path" = "$node" ] || continue
+    grep -qxF "$key $path" "$owned" || refuse "container $vmid has $path as $key, which gpuhosts did not give: \
+remove it (pct set $vmid --delete $key), or set profilingDevice: true for this container"
+  done <<<"$entries"
+done
 to_add=()
 for node in "${wanted[@]}"; do
   has_entry "$node" 2 "$entries" || to_add+=("$node")
