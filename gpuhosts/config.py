@@ -266,6 +266,12 @@ class ContainerConfig(_Model):
         None, description="Host storage bind-mounted into the container for services with weightsOn: host, so "
                           "weights survive a rebuild of the container. Default none."
     )
+    privileged: bool = Field(
+        False, description="The container is privileged (`unprivileged: 0` in its config): its root is the host's "
+                           "root, so a process that takes the container (an engine, what it downloads) takes the "
+                           "host. Declare it to accept that; without it, gpuhosts refuses to give such a container "
+                           "GPUs. Default false: the container must be unprivileged."
+    )
     profiling_device: bool = Field(
         False, description="Also pass /dev/nvidia-uvm-tools, which CUDA profilers (Nsight Systems, CUPTI) use to "
                            "trace the GPU's memory traffic. Default false: no process in the container traces it."

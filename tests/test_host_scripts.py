@@ -473,3 +473,14 @@ def test_a_profiling_node_passed_by_hand_is_named_not_taken(converged):
     assert converged.probe(devices)["device /dev/nvidia-uvm-tools"] == "passed"
     refused(converged, devices, "has /dev/nvidia-uvm-tools as dev7, which gpuhosts did not give")
     assert "/dev/nvidia-uvm-tools" in converged.container_devices()
+
+
+def test_a_privileged_container_gets_gpus_only_where_the_stack_says_so(converged):
+    """CT 129 is privileged in the seed (unprivileged: 0): its root is the host's root. Before, nothing said so."""
+    values = converged.values()
+    values["containers"][0].pop("privileged")
+    devices = converged.unit("ct129-gpu-devices", values)
+    assert converged.probe(devices)["privileged"] == "yes"
+    refused(converged, devices, "container 129 is privileged (unprivileged: 0)")
+    declared = converged.unit("ct129-gpu-devices")
+    assert converged.probe(declared)["privileged"] == "yes, declared"

@@ -61,11 +61,14 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig, need
         gpus=[gpu.address for gpu in config.container_gpus(container.vmid)],
         nodes=list(container_nodes(container)),
         unwanted=[] if container.profiling_device else [PROFILING_NODE],
+        privileged=container.privileged,
     )
     # The GPU's node is named by its minor, which only the host's driver knows; the fact names the GPU.
     facts = [Fact(f"device {gpu.address}", f"container_device_of_gpu {gpu.address}", "passed")
              for gpu in config.container_gpus(container.vmid)]
     facts += [Fact(f"device {node}", f"container_device {node}", "passed") for node in container_nodes(container)]
+    # privileged or not, as the container's config says (pct config's `unprivileged`, 0 when absent)
+    facts.append(Fact("privileged", "container_privileged", "yes, declared" if container.privileged else "no"))
     if not container.profiling_device:
         # passed by hand (or by a release before it was asked for): seen, and the ensure takes it back if it is ours
         facts.append(Fact(f"device {PROFILING_NODE}", f"container_device {PROFILING_NODE}", "absent"))

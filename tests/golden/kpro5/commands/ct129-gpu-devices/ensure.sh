@@ -185,6 +185,11 @@ want_hostname=llm
 pct config "$vmid" >/dev/null 2>&1 || refuse "container $vmid does not exist on this host (pct list); fix gpuhosts:containers"
 hostname="$(pct config "$vmid" | sed -n 's/^hostname: //p')"
 [ "$hostname" = "$want_hostname" ] || say "warning: container $vmid is named '$hostname', the stack says $want_hostname"
+# A privileged container's root is the host's: GPUs go to one only where the stack says it knows.
+if [ "$(pct config "$vmid" | sed -n 's/^unprivileged: //p')" != 1 ] && [ True != True ]; then
+  refuse "container $vmid is privileged (unprivileged: 0): its root is the host's root, and what runs in it could \
+take the host; make it unprivileged, or declare it with privileged: true in gpuhosts:containers"
+fi
 
 # Before the driver's check: a VM that holds the GPU has it on vfio-pci, and the guest is what to name.
 for address in "${gpus[@]}"; do

@@ -181,6 +181,18 @@ guest_fix() {
 container_config="$(pct config "$vmid" 2>/dev/null || true)"
 
 # container_device NODE — "passed" when a devN entry of the container names NODE.
+# container_privileged — "no" for an unprivileged container; a privileged one is "yes, declared" where the stack
+# says privileged: true, else "yes" (drift the ensure refuses).
+container_privileged() {
+  if [ "$(sed -n 's/^unprivileged: //p' <<<"$container_config")" = 1 ]; then
+    echo no
+  elif [ True = True ]; then
+    echo "yes, declared"
+  else
+    echo yes
+  fi
+}
+
 container_device() {
   if parse_dev_entries <<<"$container_config" | awk -F '\t' -v p="$1" '$2 == p {found = 1} END {exit !found}'; then
     echo passed
@@ -204,6 +216,7 @@ fact 'device 0000:41:00.0' "$( { container_device_of_gpu 0000:41:00.0; } 2>/dev/
 fact 'device 0000:61:00.0' "$( { container_device_of_gpu 0000:61:00.0; } 2>/dev/null || true)"
 fact 'device /dev/nvidiactl' "$( { container_device /dev/nvidiactl; } 2>/dev/null || true)"
 fact 'device /dev/nvidia-uvm' "$( { container_device /dev/nvidia-uvm; } 2>/dev/null || true)"
+fact privileged "$( { container_privileged; } 2>/dev/null || true)"
 fact 'device /dev/nvidia-uvm-tools' "$( { container_device /dev/nvidia-uvm-tools; } 2>/dev/null || true)"
 fact 'other guests on 0000:41:00.0' "$( { gpu_guests 0000:41:00.0; } 2>/dev/null || true)"
 fact 'other guests on 0000:61:00.0' "$( { gpu_guests 0000:61:00.0; } 2>/dev/null || true)"
