@@ -1,10 +1,10 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-bench-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-bench-spec-bakeoff]
 # Benchmark spec-bakeoff of container 129: each service in turn on the GPUs they share, then the
 # DDTree reference; the services are put back as declared, also after a failure. Runs only for new inputs.
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=2cb9c0d5b4fc61e0a018cf899abab878
+inputs=a74233055ca13ef3671c47a8c53c7d03
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
@@ -16,7 +16,7 @@ if [ "$force" = 0 ] && [ "$(cat "$root$results/inputs" 2>/dev/null)" = "$inputs"
   exit 0
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-bench-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-bench-spec-bakeoff]
 # Inside container 129: benchmark spec-bakeoff. Every service on its GPUs goes back to its declared
 # state when this script ends, however it ends (the EXIT trap).
 work=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/run

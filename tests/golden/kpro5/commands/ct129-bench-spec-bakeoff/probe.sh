@@ -1,11 +1,11 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-bench-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-bench-spec-bakeoff]
 # The probe of ct129-bench-spec-bakeoff: reads the host and changes nothing; prints one facts line.
 fact 'results /var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff' "$( { cat "$root"/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff/inputs 2>/dev/null || echo missing; } 2>/dev/null || true)"
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
 probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-bench-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-bench-spec-bakeoff]
 # The probe of ct129-bench-spec-bakeoff: reads the host and changes nothing; prints one facts line.
 fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py' "$( { file_state /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/bench.py; } 2>/dev/null || true)"
 fact 'file /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json' "$( { file_state /usr/local/lib/gpuhosts/benchmarks/spec-bakeoff/prompts.json; } 2>/dev/null || true)"

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-bench-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-bench-spec-bakeoff]
 # The benchmark's scripts leave the container; its results stay on the host, and no service changes state.
 vmid=129
 scripts=/usr/local/lib/gpuhosts/benchmarks/spec-bakeoff

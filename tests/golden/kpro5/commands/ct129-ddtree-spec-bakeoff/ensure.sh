@@ -9,7 +9,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-ddtree-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-ddtree-spec-bakeoff]
 # Inside container 129: https://github.com/liranringel/ddtree at c96427a185677bf4133ed865dd1626a5041aef9b with stacks/patches/ddtree-gdn-hybrid.patch applied, for benchmark spec-bakeoff.
 repository=https://github.com/liranringel/ddtree
 commit=c96427a185677bf4133ed865dd1626a5041aef9b

@@ -1,10 +1,10 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-ddtree-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-ddtree-spec-bakeoff]
 # The probe of ct129-ddtree-spec-bakeoff: reads the host and changes nothing; prints one facts line.
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
 probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-ddtree-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-ddtree-spec-bakeoff]
 # The probe of ct129-ddtree-spec-bakeoff: reads the host and changes nothing; prints one facts line.
 fact 'file /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch' "$( { file_state /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b.patch; } 2>/dev/null || true)"
 fact 'ddtree checkout /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b' "$( { cat "$root"/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b/.gpuhosts-checkout || echo missing; } 2>/dev/null || true)"

@@ -14,7 +14,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-ddtree-spec-bakeoff]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-ddtree-spec-bakeoff]
 # Inside container 129: remove the DDTree checkout /opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b of benchmark spec-bakeoff, only if gpuhosts made it.
 checkout=/opt/gpuhosts/ddtree/spec-bakeoff/c96427a185677bf4133ed865dd1626a5041aef9b
 if [ -f "$root$checkout/.gpuhosts-checkout" ] || [ -f "$root$checkout/.git/gpuhosts-made" ]; then

@@ -14,7 +14,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-env-qwen-sglang]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-env-qwen-sglang]
 # Inside container 129: remove the uv environment qwen-sglang (an environment, not user data).
 service_dir=/opt/gpuhosts/qwen-sglang
 uv_home=/opt/gpuhosts/.uv

@@ -14,7 +14,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-env-qwen-vllm-dflash]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-env-qwen-vllm-dflash]
 # Inside container 129: remove the uv environment qwen-vllm-dflash (an environment, not user data).
 service_dir=/opt/gpuhosts/qwen-vllm-dflash
 uv_home=/opt/gpuhosts/.uv

@@ -9,8 +9,8 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step 8a347ec10a3059b9); fails the deploy below
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gate-qwen-sglang]
+# Inside container 129: the deploy gate of qwen-sglang (service step 656e32dad610b6bb); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
 service=qwen-sglang
 python=/opt/gpuhosts/qwen-sglang/venv/bin/python
@@ -30,7 +30,7 @@ if [ "$status" != 0 ]; then
   refuse "deploy gate of $service failed (see above); the service keeps running for inspection"
 fi
 mkdir -p "$(dirname "$record")"
-printf '%s\n' 'passed with inputs sha256:9706fdd11bce41af' >"$record"
+printf '%s\n' 'passed with inputs sha256:d8f68c1544094a45' >"$record"
 say "deploy gate of $service passed"
 finish
 GPUHOSTS_INNER

@@ -1,10 +1,10 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-gate-qwen-sglang]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gate-qwen-sglang]
 # The probe of ct129-gate-qwen-sglang: reads the host and changes nothing; prints one facts line.
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
 probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-gate-qwen-sglang]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gate-qwen-sglang]
 # The probe of ct129-gate-qwen-sglang: reads the host and changes nothing; prints one facts line.
 gate_recheck="$("$root"/opt/gpuhosts/qwen-sglang/venv/bin/python "$root"/usr/local/lib/gpuhosts/deploy-gate.py --recheck '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "min_acceptance_length": 2.0, "min_acceptance_rate": null, "min_decode_tokens_per_s": 20.0, "model": "qwen3.6-27b", "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY 2>/dev/null)" || true
 fact 'health of qwen-sglang' "$( { sed -n "s/^health: //p" <<<"$gate_recheck" | grep . || echo 'not read (the gate script did not run)'; } 2>/dev/null || true)"

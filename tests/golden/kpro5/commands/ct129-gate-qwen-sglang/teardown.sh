@@ -14,7 +14,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-gate-qwen-sglang]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gate-qwen-sglang]
 # Inside container 129: the deploy gate only measures; what it keeps is the record of its last pass.
 remove_file /var/lib/gpuhosts/gates/ct129-gate-qwen-sglang
 # The records' directories go with the last record.

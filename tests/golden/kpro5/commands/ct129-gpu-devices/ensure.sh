@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-gpu-devices]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gpu-devices]
 # [templates/lxc_gpu_passthrough/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
 # node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
 # PVE::INotify::nodename does (`hostname` may print an FQDN).
@@ -186,7 +186,8 @@ pct config "$vmid" >/dev/null 2>&1 || refuse "container $vmid does not exist on 
 hostname="$(pct config "$vmid" | sed -n 's/^hostname: //p')"
 [ "$hostname" = "$want_hostname" ] || say "warning: container $vmid is named '$hostname', the stack says $want_hostname"
 # A privileged container's root is the host's: GPUs go to one only where the stack says it knows.
-if [ "$(pct config "$vmid" | sed -n 's/^unprivileged: //p')" != 1 ] && [ True != True ]; then
+privileged_declared=True
+if [ "$(pct config "$vmid" | sed -n 's/^unprivileged: //p')" != 1 ] && [ "$privileged_declared" != True ]; then
   refuse "container $vmid is privileged (unprivileged: 0): its root is the host's root, and what runs in it could \
 take the host; make it unprivileged, or declare it with privileged: true in gpuhosts:containers"
 fi

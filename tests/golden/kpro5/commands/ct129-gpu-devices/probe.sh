@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-gpu-devices]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gpu-devices]
 # The probe of ct129-gpu-devices: reads the host and changes nothing; prints one facts line.
 # [templates/lxc_gpu_passthrough/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
 # node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
@@ -183,10 +183,11 @@ container_config="$(pct config "$vmid" 2>/dev/null || true)"
 # container_device NODE — "passed" when a devN entry of the container names NODE.
 # container_privileged — "no" for an unprivileged container; a privileged one is "yes, declared" where the stack
 # says privileged: true, else "yes" (drift the ensure refuses).
+privileged_declared=True
 container_privileged() {
   if [ "$(sed -n 's/^unprivileged: //p' <<<"$container_config")" = 1 ]; then
     echo no
-  elif [ True = True ]; then
+  elif [ "$privileged_declared" = True ]; then
     echo "yes, declared"
   else
     echo yes

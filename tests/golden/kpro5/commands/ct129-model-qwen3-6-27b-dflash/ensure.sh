@@ -16,7 +16,7 @@ if [ -z "$secret" ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-model-qwen3-6-27b-dflash]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-model-qwen3-6-27b-dflash]
 # Inside container 129: z-lab/Qwen3.6-27B-DFlash@main in /srv/models/Qwen3.6-27B-DFlash.
 repo=z-lab/Qwen3.6-27B-DFlash
 revision=main

@@ -1,10 +1,10 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-model-qwen3-6-27b-dflash]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-model-qwen3-6-27b-dflash]
 # The probe of ct129-model-qwen3-6-27b-dflash: reads the host and changes nothing; prints one facts line.
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
 probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-model-qwen3-6-27b-dflash]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-model-qwen3-6-27b-dflash]
 # The probe of ct129-model-qwen3-6-27b-dflash: reads the host and changes nothing; prints one facts line.
 # [templates/container_services/model-files.sh.j2 sha256:92c97dab60fceda2]
 fact 'file /opt/gpuhosts/downloads/requirements.lock' "$( { file_state /opt/gpuhosts/downloads/requirements.lock; } 2>/dev/null || true)"

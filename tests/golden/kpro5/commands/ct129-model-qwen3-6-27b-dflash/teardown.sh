@@ -14,7 +14,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-model-qwen3-6-27b-dflash]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-model-qwen3-6-27b-dflash]
 # Inside container 129: the weights of z-lab/Qwen3.6-27B-DFlash in /srv/models/Qwen3.6-27B-DFlash.
 local_dir=/srv/models/Qwen3.6-27B-DFlash
 tools=/opt/gpuhosts/downloads

@@ -9,7 +9,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-model-qwen3-6-27b]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-model-qwen3-6-27b]
 # Inside container 129: Qwen/Qwen3.6-27B@main in /srv/models/Qwen3.6-27B.
 repo=Qwen/Qwen3.6-27B
 revision=main

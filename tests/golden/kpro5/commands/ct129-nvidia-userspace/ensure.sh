@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-nvidia-userspace]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-nvidia-userspace]
 # [templates/lxc_gpu_passthrough/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
 
 version=580.126.09

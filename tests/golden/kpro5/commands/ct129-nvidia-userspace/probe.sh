@@ -1,11 +1,11 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-nvidia-userspace]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-nvidia-userspace]
 # The probe of ct129-nvidia-userspace: reads the host and changes nothing; prints one facts line.
 fact 'host module' "$( { module_version; } 2>/dev/null || true)"
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
 probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-nvidia-userspace]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-nvidia-userspace]
 # The probe of ct129-nvidia-userspace: reads the host and changes nothing; prints one facts line.
 fact 'user space in ct129' "$( { userspace_version; } 2>/dev/null || true)"
 emit_facts

@@ -1,10 +1,10 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-service-qwen-sglang]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-service-qwen-sglang]
 # The probe of ct129-service-qwen-sglang: reads the host and changes nothing; prints one facts line.
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
 probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-service-qwen-sglang]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-service-qwen-sglang]
 # The probe of ct129-service-qwen-sglang: reads the host and changes nothing; prints one facts line.
 # [templates/common/systemd-show.sh.j2 sha256:0995c6255c65608e properties=ExecStart,Environment,User,UnitFileState,ActiveState,DropInPaths]
 systemd_shown[gpuhosts-qwen-sglang.service]="$(systemd_show gpuhosts-qwen-sglang.service)"

@@ -14,7 +14,7 @@ if [ "$status" != running ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-service-qwen-sglang]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-service-qwen-sglang]
 # Inside container 129: stop and remove service qwen-sglang; models and environments have their own teardown.
 unit_name=gpuhosts-qwen-sglang.service
 if systemctl is-active --quiet "$unit_name"; then

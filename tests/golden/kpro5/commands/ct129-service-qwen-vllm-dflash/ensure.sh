@@ -16,7 +16,7 @@ if [ -z "$secret" ]; then
   exit 1
 fi
 script="$(cat <<'GPUHOSTS_INNER'
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=ct129-service-qwen-vllm-dflash]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-service-qwen-vllm-dflash]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # Inside container 129: the systemd unit of service qwen-vllm-dflash (installed stopped).
 unit_name=gpuhosts-qwen-vllm-dflash.service

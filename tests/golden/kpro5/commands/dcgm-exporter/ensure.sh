@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=dcgm-exporter]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=dcgm-exporter]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # NVIDIA DCGM exporter (datacenter-gpu-manager-4-core=1:4.5.3-1, datacenter-gpu-manager-exporter=4.8.2-1) on 127.0.0.1:9400
 unit_name=gpuhosts-dcgm-exporter.service

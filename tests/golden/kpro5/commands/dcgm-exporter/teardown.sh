@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=dcgm-exporter]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=dcgm-exporter]
 # Stop and remove gpuhosts-dcgm-exporter.service and its files; the packages and the mask only where gpuhosts put them.
 unit_name=gpuhosts-dcgm-exporter.service
 state="$state_dir/"dcgm-exporter.state

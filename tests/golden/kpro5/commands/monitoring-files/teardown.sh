@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=monitoring-files]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=monitoring-files]
 # Remove the files gpuhosts wrote in /etc/gpuhosts/monitoring, then the folders they leave empty; nothing else.
 remove_file /etc/gpuhosts/monitoring/grafana/dashboards/gpuhosts-kpro5-inference.json
 remove_file /etc/gpuhosts/monitoring/grafana/provisioning/dashboards/gpuhosts.yaml

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=node-exporter]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=node-exporter]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # Prometheus node exporter (prometheus-node-exporter) on 127.0.0.1:9100
 unit_name=gpuhosts-node-exporter.service

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=node-exporter]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=node-exporter]
 # The probe of node-exporter: reads the host and changes nothing; prints one facts line.
 # [templates/common/systemd-show.sh.j2 sha256:0995c6255c65608e properties=ExecStart,Environment,User,UnitFileState,ActiveState,DropInPaths]
 systemd_shown[gpuhosts-node-exporter.service]="$(systemd_show gpuhosts-node-exporter.service)"

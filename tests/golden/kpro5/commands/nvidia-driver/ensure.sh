@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=nvidia-driver]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=nvidia-driver]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 
 version=580.126.09

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=nvidia-driver]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=nvidia-driver]
 # The probe of nvidia-driver: reads the host and changes nothing; prints one facts line.
 # persistence_mode ADDRESS — the GPU's persistence mode as nvidia-smi reports it ("Enabled", "Disabled"), or
 # "unknown: <why>" (nvidia-smi prints its errors on stdout, e.g. with no module loaded or another one).

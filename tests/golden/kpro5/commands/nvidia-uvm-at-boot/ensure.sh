@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=nvidia-uvm-at-boot]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=nvidia-uvm-at-boot]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 uvm_unit_name=gpuhosts-nvidia-uvm.service
 container_gpus=(0000:41:00.0 0000:61:00.0)

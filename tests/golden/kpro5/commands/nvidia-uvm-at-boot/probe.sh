@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=nvidia-uvm-at-boot]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=nvidia-uvm-at-boot]
 # The probe of nvidia-uvm-at-boot: reads the host and changes nothing; prints one facts line.
 # gpu_node ADDRESS — "present" when the node of the GPU's minor exists; the minor is the driver's to choose.
 gpu_node() {

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=nvidia-uvm-at-boot]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=nvidia-uvm-at-boot]
 uvm_unit_name=gpuhosts-nvidia-uvm.service
 
 if systemctl is-enabled --quiet "$uvm_unit_name" || systemctl is-active --quiet "$uvm_unit_name"; then

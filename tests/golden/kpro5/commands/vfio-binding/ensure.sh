@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=vfio-binding]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=vfio-binding]
 # [templates/vfio_binding/pci.sh.j2 sha256:675ec86571878761]
 
 bootloader=systemd-boot

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=dataset-qwen36-mix-913k]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=dataset-qwen36-mix-913k]
 # The data set qwen36-mix-913k prepared in /data/data/qwen36-mix-913k and the script that prepared it.
 target=/data/data/qwen36-mix-913k
 remove_file /usr/local/lib/gpuhosts/dataset-prepare.py

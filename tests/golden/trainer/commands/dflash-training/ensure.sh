@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=dflash-training]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=dflash-training]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # torchrun on GPUs [4, 5, 6, 7]; checkpoints in /data/checkpoints/Qwen3.6-27B-DFlash.
 unit_name=gpuhosts-dflash-training.service

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=dflash-training]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=dflash-training]
 # The probe of dflash-training: reads the host and changes nothing; prints one facts line.
 # [templates/common/systemd-show.sh.j2 sha256:0995c6255c65608e properties=ExecStart,Environment,User,UnitFileState,ActiveState,DropInPaths]
 systemd_shown[gpuhosts-dflash-training.service]="$(systemd_show gpuhosts-dflash-training.service)"

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=dflash-training]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=dflash-training]
 # Stop and remove gpuhosts-dflash-training.service; checkpoints stay unless trainingCheckpoints say otherwise.
 unit_name=gpuhosts-dflash-training.service
 if systemctl is-active --quiet "$unit_name"; then

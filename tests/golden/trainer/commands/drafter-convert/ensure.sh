@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=drafter-convert]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=drafter-convert]
 # Content records: what a step wrote, recorded as it wrote it (DIR/.gpuhosts-content, a line per file:
 # "<sha256> <sampled digest> <size> <path>"), so that a refresh checks each file cheaply, by its size and a sampled
 # digest, and `gpuhosts check --deep` whole, by its sha256. gpuhosts' own markers (.gpuhosts-*) are not content.

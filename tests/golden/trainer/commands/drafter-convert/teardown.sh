@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=drafter-convert]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=drafter-convert]
 # The converted drafter in /data/models/z-lab/Qwen3.6-27B-DFlash.speculators and its check script.
 output=/data/models/z-lab/Qwen3.6-27B-DFlash.speculators
 remove_file /usr/local/lib/gpuhosts/check-drafter-config.py

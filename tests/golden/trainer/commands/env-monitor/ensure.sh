@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=env-monitor]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=env-monitor]
 # On the node: the uv environment monitor with flask==3.1.3.
 uv_version=0.13.9
 python_version=3.12

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=env-monitor]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=env-monitor]
 # On the node: remove the uv environment monitor (an environment, not user data).
 service_dir=/opt/gpuhosts/monitor
 uv_home=/opt/gpuhosts/.uv

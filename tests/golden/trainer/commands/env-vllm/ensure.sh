@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=env-vllm]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=env-vllm]
 # On the node: the uv environment vllm with vllm==0.26.0.
 uv_version=0.13.9
 python_version=3.12

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=hidden-state-server]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=hidden-state-server]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # The hidden-state server on GPUs [0, 1, 2, 3].
 unit_name=gpuhosts-hidden-state-server.service

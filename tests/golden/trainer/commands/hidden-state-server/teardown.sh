@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=hidden-state-server]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=hidden-state-server]
 # Stop and remove gpuhosts-hidden-state-server.service; the hidden states it cached are the training's to delete.
 unit_name=gpuhosts-hidden-state-server.service
 if systemctl is-active --quiet "$unit_name"; then

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=model-qwen3-6-27b-dflash]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=model-qwen3-6-27b-dflash]
 # On the node: the weights of z-lab/Qwen3.6-27B-DFlash in /data/models/z-lab/Qwen3.6-27B-DFlash.
 local_dir=/data/models/z-lab/Qwen3.6-27B-DFlash
 tools=/opt/gpuhosts/downloads

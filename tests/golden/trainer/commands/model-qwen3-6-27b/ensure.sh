@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=model-qwen3-6-27b]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=model-qwen3-6-27b]
 # On this host: Qwen/Qwen3.6-27B@main in /data/models/Qwen/Qwen3.6-27B.
 repo=Qwen/Qwen3.6-27B
 revision=main

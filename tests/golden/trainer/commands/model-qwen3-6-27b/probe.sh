@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=model-qwen3-6-27b]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=model-qwen3-6-27b]
 # The probe of model-qwen3-6-27b: reads the host and changes nothing; prints one facts line.
 # [templates/container_services/model-files.sh.j2 sha256:92c97dab60fceda2]
 fact 'file /opt/gpuhosts/downloads/requirements.lock' "$( { file_state /opt/gpuhosts/downloads/requirements.lock; } 2>/dev/null || true)"

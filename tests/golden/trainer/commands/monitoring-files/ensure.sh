@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=monitoring-files]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=monitoring-files]
 # Alert rules, scrape targets and dashboards of trainer in /etc/gpuhosts/monitoring.
 install_file /etc/gpuhosts/monitoring/grafana/dashboards/gpuhosts-trainer-training.json 0644 <<'GPUHOSTS_EOF'
 # [content: etc/gpuhosts/monitoring/grafana/dashboards/gpuhosts-trainer-training.json sha256:ad74dce5071f4da4]

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=monitoring-files]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=monitoring-files]
 # The probe of monitoring-files: reads the host and changes nothing; prints one facts line.
 fact 'file /etc/gpuhosts/monitoring/grafana/dashboards/gpuhosts-trainer-training.json' "$( { file_state /etc/gpuhosts/monitoring/grafana/dashboards/gpuhosts-trainer-training.json; } 2>/dev/null || true)"
 fact 'file /etc/gpuhosts/monitoring/grafana/provisioning/dashboards/gpuhosts.yaml' "$( { file_state /etc/gpuhosts/monitoring/grafana/provisioning/dashboards/gpuhosts.yaml; } 2>/dev/null || true)"

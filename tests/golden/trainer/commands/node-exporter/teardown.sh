@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=node-exporter]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=node-exporter]
 # Stop and remove gpuhosts-node-exporter.service and its files; the packages and the mask only where gpuhosts put them.
 unit_name=gpuhosts-node-exporter.service
 state="$state_dir/"node-exporter.state

@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=preflight]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=preflight]
 # Pre-flight of training node trainer: its GPUs, its driver and its disk, checked before anything is installed.
 want_count=8
 want_model='RTX PRO 6000'

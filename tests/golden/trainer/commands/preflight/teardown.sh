@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=preflight]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=preflight]
 # It only checks: nothing to remove.
 say "nothing to remove"
 finish

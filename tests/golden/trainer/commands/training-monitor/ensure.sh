@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=training-monitor]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=training-monitor]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
 # The monitoring web UI on 127.0.0.1:8686.
 unit_name=gpuhosts-training-monitor.service

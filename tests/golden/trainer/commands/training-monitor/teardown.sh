@@ -1,4 +1,4 @@
-# [templates/common/lib.sh.j2 sha256:f60bb100d7a0c77f unit=training-monitor]
+# [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=training-monitor]
 # Stop and remove gpuhosts-training-monitor.service; it only reads the training.
 unit_name=gpuhosts-training-monitor.service
 if systemctl is-active --quiet "$unit_name"; then
