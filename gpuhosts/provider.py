@@ -11,7 +11,8 @@ Inputs (`unit_inputs`): the target (no secret), the unit's key (its kind is its 
 the desired facts, and for a unit that receives a secret on stdin its name and a keyed digest (a rotation shows as
 a change; the value never enters inputs, outputs or state). Secrets come from the stack config through
 `configure()`, which the engine calls with every `namespace:key` decrypted (pkg/resource/deploy/target.go
-`GetPackageConfig`). Outputs are the inputs plus `rebootRequired` and `report`: deterministic, no raw output.
+`GetPackageConfig`). Outputs are the inputs plus `rebootRequired`, `report` and the `signature` of the scripts
+(below): no raw output.
 
 Every operation runs through one small command (templates/common/run.sh.j2) that keeps the ownership record of
 the unit on the host: ensure writes the resource id there; teardown runs only while the record names this
@@ -34,6 +35,7 @@ inputs, so renaming a host still changes no input. A stack of one host keeps the
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import socket
@@ -70,6 +72,42 @@ REBOOT_WAIT_S = 900.0
 
 class UnitFailed(RuntimeError):
     """A unit's script failed; the message names the unit and shows the tail of its output, never a secret."""
+
+
+# The state holds every unit's scripts in plain text, and a refresh runs the probes it holds, a destroy the
+# teardowns: whoever may write the state backend could otherwise run anything as root on the hosts. Each unit's
+# outputs therefore carry a MAC of what would run and where, keyed by the stack's SSH private key. That key is the
+# one secret that already grants root on the hosts: a state signed with another key is dialled with that key too
+# (the key reaches the provider from the same config), and the hosts refuse it. An unsigned or altered unit runs
+# nothing; `pulumi up` runs its ensure from the program instead, which signs it again.
+SIGNATURE = "signature"
+TRUST_VARIABLE = "GPUHOSTS_TRUST_UNSIGNED_STATE"
+
+
+def state_signature(props: dict[str, Any], private_key: str) -> str:
+    """The MAC of a unit's scripts, its key and its host as the state holds them."""
+    target = Target.from_inputs(props["host"])
+    secret = props.get("secret")
+    signed = {"host": [target.address, target.port, target.user, target.host_key], "unit": props.get("unit"),
+              "ensure": props.get("ensure"), "teardown": props.get("teardown"), "probe": props.get("probe"),
+              "secret": secret.get("name") if isinstance(secret, dict) else None}
+    key = hashlib.sha256(b"gpuhosts state signature\0" + private_key.strip().encode()).digest()
+    return hmac.new(key, json.dumps(signed, sort_keys=True, separators=(",", ":")).encode(),
+                    hashlib.sha256).hexdigest()
+
+
+def signature_problem(props: dict[str, Any], private_key: str | None, environ=os.environ) -> str | None:
+    """Why the state's scripts of a unit may not run, or None."""
+    if environ.get(TRUST_VARIABLE) == "1" or not private_key:
+        # Without a key nothing can be dialled either, and that error names the missing key.
+        return None
+    given = props.get(SIGNATURE)
+    if not isinstance(given, str) or not given:
+        return ("the state holds no signature of its scripts (written by a gpuhosts before signatures, or edited)")
+    if not hmac.compare_digest(given, state_signature(props, private_key)):
+        return ("its scripts, key or host in the state do not match their signature: the state was edited, or "
+                "gpuhosts:sshPrivateKey changed since it was signed")
+    return None
 
 
 def secret_digest(unit: str, value: str) -> str:
@@ -181,9 +219,19 @@ class HostUnitProvider(ResourceProvider):
         return UpdateResult(outs=self._outputs(news, result))
 
     def delete(self, resource_id: str, props: dict[str, Any]) -> None:
+        unsigned = signature_problem(props, _config_value("sshPrivateKey"))
+        if unsigned:
+            raise UnitFailed(
+                f"{props.get('unit')}: teardown: nothing ran: {unsigned}. If the unit is still declared, `pulumi up` "
+                "signs it again; else compare its teardown in `pulumi stack export` with what this gpuhosts renders "
+                f"(`gpuhosts plan`) and, if it is yours, run the destroy once with {TRUST_VARIABLE}=1")
         self._apply(resource_id, props, "teardown")
 
     def read(self, resource_id: str, props: dict[str, Any]) -> ReadResult:
+        unsigned = signature_problem(props, _config_value("sshPrivateKey"))
+        if unsigned:
+            return self._not_read(resource_id, props, f"{props.get('unit')}: its probe did not run: {unsigned}; "
+                                  "`pulumi up` runs its ensure from the program and signs it")
         try:
             observed = self.observe(props)
         except HostNotRead as error:
@@ -193,7 +241,7 @@ class HostUnitProvider(ResourceProvider):
         inputs = {key: props.get(key) for key in INPUT_KEYS}
         inputs["facts"] = facts
         inputs.update(rebootRequired=None, report=None)
-        outs = {**props, "facts": facts, "observed": observations or None}
+        outs = {**props, "facts": facts, "observed": observations or None, SIGNATURE: self._signature(props)}
         return ReadResult(resource_id, outs=outs, inputs=inputs)
 
     @staticmethod
@@ -338,7 +386,13 @@ class HostUnitProvider(ResourceProvider):
             # that passed (components/proxmox_host.py), and when it was taken tells an operator how old it is.
             report = {**report, "measuredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         outs.update(rebootRequired=result.reboot_required, report=report)
+        outs[SIGNATURE] = HostUnitProvider._signature(props)
         return outs
+
+    @staticmethod
+    def _signature(props: dict[str, Any]) -> str | None:
+        key = _config_value("sshPrivateKey")
+        return state_signature(props, key) if key else None
 
 
 _CONFIG: dict[str, Any] = {}

@@ -28,7 +28,7 @@ from gpuhosts.config import (
 
 SERVICE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
 RELEASE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc|\.post|\.dev)\d+)?$")
-GIT_REF = re.compile(r"^(?:refs/(?:pull/\d+/head|heads/[\w./-]+|tags/[\w./-]+)|[0-9a-f]{40})$")
+FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 ENGINE_NAME = r"^[a-z][a-z0-9_-]{0,39}$"
 SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
@@ -63,8 +63,9 @@ class PackageSpec(_Model):
                     "compatibility rules read it)."
     )
     git_ref: str | None = Field(
-        None, description="Build from this git ref of the repository instead: a pull request head "
-                          "(`refs/pull/40898/head`), a branch or tag ref, or a 40-digit commit. Default none (the release)."
+        None, description="Build from this full 40-hex commit of the repository instead (a pull request's head: "
+                          "`git ls-remote REPO refs/pull/N/head` prints it; list the PR in includesPrs). A branch, "
+                          "tag or PR ref is refused: it may move under the lock. Default none (the release)."
     )
     repository: str | None = Field(None, description="Git repository for gitRef (and a checkout of its scripts); "
                                                      "default the project's upstream.")
@@ -73,8 +74,8 @@ class PackageSpec(_Model):
                           "the commit the release's tag names upstream (gpuhosts/compat-rules.yaml releaseCommits); "
                           "required with a repository of your own.")
     includes_prs: tuple[int, ...] = Field(
-        (), description="Pull requests of the repository the installed build contains beyond its release "
-                        "(a PR head build contains its own PR). Default none."
+        (), description="Pull requests of the repository the installed build contains beyond its release (a build of "
+                        "a PR's head commit lists that PR too). Default none."
     )
 
     @field_validator("version", mode="before")
@@ -85,8 +86,10 @@ class PackageSpec(_Model):
     @field_validator("git_ref")
     @classmethod
     def _ref(cls, value: str | None) -> str | None:
-        if value is not None and not GIT_REF.match(value):
-            raise ValueError(f"{value!r} is not a git ref: use refs/pull/N/head, refs/heads/…, refs/tags/… or a full commit")
+        if value is not None and not FULL_COMMIT.match(value):
+            raise ValueError(f"{value!r} is not a full commit: a branch, tag or pull request ref may move; pin the 40 hex "
+                             f"digits it names now (`git ls-remote REPOSITORY {value}`), and for a pull request's "
+                             "head list the PR in includesPrs")
         return value
 
     @field_validator("scripts_commit")
@@ -97,14 +100,8 @@ class PackageSpec(_Model):
                              "prints")
         return value
 
-    @property
-    def pull_request(self) -> int | None:
-        """The pull request a PR-head build is of."""
-        match = re.match(r"^refs/pull/(\d+)/head$", self.git_ref or "")
-        return int(match[1]) if match else None
-
     def contains(self, pr: int) -> bool:
-        return pr in self.includes_prs or pr == self.pull_request
+        return pr in self.includes_prs
 
 
 class EngineSpec(PackageSpec):

@@ -49,8 +49,9 @@ TRIGGERED = [
     ("sglang-spec-gdn-extra-buffer",
      lambda r: sglang(r)["speculative"].update(eagleTopk=2), "gpuhosts:services[0].mambaSchedulerStrategy",
      "eagleTopk ≤ 1 (have 2)", None),
-    ("vllm-dflash-layer-index", vllm_alone(lambda s: s["engine"].update(version="0.20.1", gitRef="refs/pull/40898/head")),
-     "gpuhosts:services[1].engine.version", "vllm 0.20.1 + refs/pull/40898/head is not known to contain PR 40727", None),
+    ("vllm-dflash-layer-index", vllm_alone(lambda s: s["engine"].update(version="0.20.1", gitRef="0c5e9b5a4e1f1a4b0c9f6c2d7e3a8b1f4d2c6e90",
+                                                                 includesPrs=[40898])),
+     "gpuhosts:services[1].engine.version", "vllm 0.20.1 + 0c5e9b5a4e1f1a4b0c9f6c2d7e3a8b1f4d2c6e90 is not known to contain PR 40727", None),
     ("vllm-dflash-swa-drafter", vllm_alone(lambda s: s["engine"].update(version="0.20.1", includesPrs=[40727])),
      "gpuhosts:services[1].engine", "has neither PR 40898 nor PR 47914", None),
     ("vllm-dflash-swa-drafter", vllm_alone(lambda s: s.update(environment={"VLLM_USE_V2_MODEL_RUNNER": "0"})),
@@ -108,7 +109,7 @@ NOT_TRIGGERED = [
     ("sglang without speculative decoding needs no extra buffer", lambda r: sglang(r).update(
         speculative={"method": "none"}), None),
     ("vllm build of the 40898 head with the layer-index fix", vllm_alone(lambda s: s["engine"].update(
-        version="0.20.1", gitRef="refs/pull/40898/head", includesPrs=[40727])), None),
+        version="0.20.1", gitRef="0c5e9b5a4e1f1a4b0c9f6c2d7e3a8b1f4d2c6e90", includesPrs=[40898, 40727])), None),
     ("vllm release with the replacements listed", vllm_alone(lambda s: s["engine"].update(
         version="0.25.0", includesPrs=[40727, 47914, 48113])), None),
     ("a drafter without sliding window on an old vllm with the fix",

@@ -25,7 +25,7 @@ KPRO5_CASES = [
      "gpuhosts:services[0]", "control character"),
     ("newline in the model store", lambda v: v["containers"][0].update(modelStore={"hostPath": "/tank/m\nrm -rf /"}),
      "gpuhosts:containers[0]", "control character"),
-    ("newline in repository", lambda v: service(v)["engine"].update(repository="https://x/y\ntouch /z", gitRef="main"),
+    ("newline in repository", lambda v: service(v)["engine"].update(repository="https://x/y\ntouch /z", gitRef="0c5e9b5a4e1f1a4b0c9f6c2d7e3a8b1f4d2c6e90"),
      "gpuhosts:services[0]", "control character"),
     ("newline in an environment value", lambda v: service(v).update(environment={"NCCL_DEBUG": "INFO\nExecStartPre=/bin/x"}),
      "gpuhosts:services[0]", "control character"),

@@ -59,7 +59,7 @@ def kpro5_base() -> dict:
     sglang.update(environment={"NCCL_DEBUG": "INFO"}, extraArgs=["--max-running-requests", "8"],
                   servedModelName="qwen3.6-27b")
     sglang["model"]["localDir"] = "/srv/models/Qwen3.6-27B"
-    sglang["engine"].update(gitRef="refs/tags/v0.5.11", repository="https://github.com/sgl-project/sglang")
+    sglang["engine"].update(gitRef="0c5e9b5a4e1f1a4b0c9f6c2d7e3a8b1f4d2c6e90", repository="https://github.com/sgl-project/sglang")
     values["containers"][0]["modelStore"] = {"hostPath": "/tank/models", "path": "/srv/store"}
     return values
 

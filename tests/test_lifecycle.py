@@ -18,6 +18,7 @@ from engine import PROVIDER_KEY, ApplyError, is_host_unit
 from fakehost.tree import tree_digest
 from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.protocol import parse_result
+from gpuhosts.provider import state_signature
 from gpuhosts.stacks import validate_stack
 from sshhost.bed import A6000, MODEL, RTX3090_FUNCTIONS, VERSION, Bed, moved_to_vfio, names
 
@@ -319,6 +320,8 @@ def test_a_host_that_shows_another_key_is_refused_before_anything_runs(converged
         for section in ("inputs", "outputs"):
             if isinstance(entry[section].get("host"), dict):
                 entry[section]["host"]["hostKey"] = pinned
+        if "signature" in entry["outputs"]:
+            entry["outputs"]["signature"] = state_signature(entry["outputs"], converged.secrets()["sshPrivateKey"])
     converged.engine._save(state)
     before = converged.digest()
     with pytest.raises(ApplyError) as caught:

@@ -24,8 +24,10 @@ from gpuhosts.check import HubError, hub_listing
 from gpuhosts.config import ConfigError
 from gpuhosts.facts import keyed_digest, keyed_observed
 from gpuhosts.plans.training_node import training_envs
-from gpuhosts.protocol import parse_result, skipped
-from gpuhosts.provider import PROBE_TIMEOUT_S, operation_timeout_s, redacted
+from gpuhosts.protocol import Result, parse_result, skipped
+from gpuhosts import provider as provider_module
+from gpuhosts.provider import (PROBE_TIMEOUT_S, SIGNATURE, TRUST_VARIABLE, HostUnitProvider, UnitFailed,
+                               operation_timeout_s, redacted, signature_problem, state_signature)
 from gpuhosts.render import render
 from gpuhosts_monitor.app import MonitorConfig, create_app
 from gpuhosts.ssh import DEAD_PEER_S, dead_peer_detection
@@ -282,6 +284,9 @@ def test_speculators_scripts_are_checked_out_by_the_commit_their_release_tag_nam
     (lambda s: s.update(repository="https://git.example/speculators"), "training.speculators.scriptsCommit",
      "is required with repository https://git.example/speculators"),
     (lambda s: s.update(scriptsCommit="v0.7.0"), "training.speculators.scriptsCommit", "is not a full commit"),
+    # Before, a build from git took any ref: a tag or a pull request's head moves under the lock and the checkout.
+    (lambda s: s.update(gitRef="refs/tags/v0.7.0"), "training.speculators.gitRef", "is not a full commit"),
+    (lambda s: s.update(gitRef="refs/pull/975/head"), "training.speculators.gitRef", "list the PR in includesPrs"),
 ])
 def test_scripts_no_commit_pins_are_refused_at_plan_time(change, field, words):
     message = trainer_plan_error(change)
@@ -414,3 +419,88 @@ def test_a_failure_message_hides_every_secret_by_its_value():
             "key line b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ echoed\n")
     shown = redacted(text, config)
     assert "sk-live" not in shown and "b3BlbnNzaC1rZXktdjE" not in shown and shown.count("[secret]") == 2
+
+
+# --- scripts read back from the state ----------------------------------------------------------------------------
+
+STACK_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nstack-key-body-for-the-mac\n-----END OPENSSH PRIVATE KEY-----\n"
+PLANTED = 'touch /tmp/planted\n'
+
+
+def applied_unit() -> dict:
+    """A unit's outputs as the provider's create left them in the state."""
+    props = {"host": {"address": "10.0.0.5", "port": 22.0, "user": "root", "hostKey": "ssh-ed25519 AAAAC3Nz"},
+             "unit": "vfio-binding", "ensure": "echo ensure\n", "teardown": "echo teardown\n",
+             "probe": "echo probe\n", "facts": {"driver": "vfio-pci"}, "secret": None}
+    return HostUnitProvider._outputs(props, Result(changed=True))
+
+
+def edited(change) -> dict:
+    props = applied_unit()
+    change(props)
+    return props
+
+
+class RecordingProvider(HostUnitProvider):
+    """The provider with its host replaced by a record of what would have run there."""
+
+    def __init__(self):
+        self.ran: list[str] = []
+
+    def observe(self, props):
+        self.ran.append(props["probe"])
+        return dict(props["facts"])
+
+    def _apply(self, resource_id, props, operation):
+        self.ran.append(props[operation])
+        return Result(changed=True)
+
+
+@pytest.fixture
+def stack_key(monkeypatch):
+    monkeypatch.setattr(provider_module, "_CONFIG", {"gpuhosts:sshPrivateKey": STACK_KEY})
+    monkeypatch.delenv(TRUST_VARIABLE, raising=False)
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda p: p.update(probe=PLANTED + p["probe"]), "do not match their signature"),
+    (lambda p: p["host"].update(address="10.0.0.6"), "do not match their signature"),
+    (lambda p: p.update(unit="driver"), "do not match their signature"),
+    (lambda p: p.pop(SIGNATURE), "holds no signature"),
+    (lambda p: p.update(probe=PLANTED, signature=state_signature({**p, "probe": PLANTED}, "another key")),
+     "do not match their signature"),
+], ids=["probe", "host", "unit", "unsigned", "another key"])
+def test_a_probe_edited_in_the_state_does_not_run(stack_key, change, words):
+    provider = RecordingProvider()
+    result = provider.read("id", edited(change))
+    assert provider.ran == []
+    (fact,) = result.inputs["facts"].values()
+    assert fact.startswith("not read: ") and words in fact and "`pulumi up` runs its ensure" in fact, fact
+
+
+def test_a_teardown_edited_in_the_state_does_not_run(stack_key):
+    provider = RecordingProvider()
+    with pytest.raises(UnitFailed) as refused:
+        provider.delete("id", edited(lambda p: p.update(teardown=PLANTED)))
+    assert provider.ran == []
+    assert "teardown: nothing ran" in str(refused.value) and f"{TRUST_VARIABLE}=1" in str(refused.value)
+
+
+def test_the_state_the_provider_signed_runs_and_stays_signed(stack_key):
+    provider = RecordingProvider()
+    props = applied_unit()
+    # the engine hands numbers back as floats and keeps what the outputs held
+    result = provider.read("id", json.loads(json.dumps(props)))
+    assert provider.ran == ["echo probe\n"] and result.outs[SIGNATURE] == props[SIGNATURE]
+    provider.delete("id", result.outs)
+    assert provider.ran[-1] == "echo teardown\n"
+    assert STACK_KEY.strip() not in json.dumps(result.outs)
+
+
+def test_an_operator_may_vouch_for_a_state_once_and_it_is_signed(stack_key, monkeypatch):
+    monkeypatch.setenv(TRUST_VARIABLE, "1")
+    provider = RecordingProvider()
+    result = provider.read("id", edited(lambda p: p.pop(SIGNATURE)))
+    assert provider.ran == ["echo probe\n"]
+    monkeypatch.delenv(TRUST_VARIABLE)
+    assert signature_problem(result.outs, STACK_KEY) is None

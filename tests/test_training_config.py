@@ -99,7 +99,7 @@ def test_a_gated_drafter_needs_the_token(trainer):
 
 
 def test_a_vllm_build_with_the_fix_passes_the_rule(trainer):
-    training(trainer)["vllm"].update(version="0.20.1", gitRef="refs/pull/46301/head", includesPrs=[46301])
+    training(trainer)["vllm"].update(version="0.20.1", gitRef="0c5e9b5a4e1f1a4b0c9f6c2d7e3a8b1f4d2c6e90", includesPrs=[46301])
     assert validate_trainer_stack(trainer, TRAINER_SECRETS).training.vllm.version == "0.20.1"
 
 

@@ -4,16 +4,19 @@ A refresh configures the provider with the config the last `up` saved in the sta
 after a rotated SSH key the refresh dials with the old key; the preview still works and shows every unit as not
 read, and `up`, whose steps get the current config, reads and converges with the new key. A rotated API key shows as
 a change of the services that read it, and `up` rewrites their key files. A failed gate fails `up`, and
-`pulumi stack output` then shows the gate's last pass, named so and dated, never a verdict on what failed.
+`pulumi stack output` then shows the gate's last pass, named so and dated, never a verdict on what failed. A state
+edited by someone without the stack's SSH key runs nothing on the host: not its probes on a refresh, not its
+teardowns on a destroy.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 
-from realengine import Stack
+from realengine import Stack, urn_name
 from sshhost import free_port
 from sshhost.bed import SECRETS, Bed
 
@@ -80,5 +83,47 @@ def test_a_rotated_api_key_is_previewed_and_applied_and_a_failed_gate_leaves_its
         after = stack.outputs()["services"]["qwen-sglang"]
         assert "gate" not in after and after["lastPassedGate"] == before
         figures.add("faults-gate", line="pulumi-faults", failed_gate_output="lastPassedGate(unchanged,dated)")
+    finally:
+        bed.close()
+
+
+def test_a_state_edited_without_the_stacks_key_runs_nothing_on_the_host(project, tmp_path):
+    bed = Bed.seed(tmp_path / "host")
+    try:
+        stack = Stack(project, "state-edit", "kpro5", bed.values(), bed.secrets())
+        stack.up()
+        planted = tmp_path / "planted"
+
+        def edit(change) -> None:
+            """Whoever may write the state backend, but holds no stack secret: the inputs and the outputs alike
+            changed, and the state imported."""
+            state = stack.export()
+            for entry in state["deployment"]["resources"]:
+                for section in ("inputs", "outputs"):
+                    if "probe" in (entry.get(section) or {}):
+                        change(urn_name(entry["urn"]), entry[section])
+            stack.pulumi("stack", "import", input=json.dumps(state))
+
+        def plant_probe(name, props) -> None:
+            if name == "vfio-binding":
+                props["probe"] = f"touch {planted}-probe\n" + props["probe"]
+
+        edit(plant_probe)
+        preview = stack.preview()
+        assert set(preview.changed()) == {"vfio-binding"}, preview.changed()
+        (fact,) = set(preview.facts("vfio-binding").values())
+        assert "its probe did not run" in fact and "do not match their signature" in fact, fact
+        assert not list(tmp_path.glob("planted*"))
+        # `up` runs the unit's ensure from the program, which signs it again.
+        up = stack.up()
+        assert up.host_operations == [("vfio-binding", "ensure")], up.host_operations
+        assert stack.preview().changed() == {}
+
+        edit(lambda name, props: props.update(teardown=f"touch {planted}-teardown\n" + props["teardown"]))
+        destroy = stack.destroy(check=False)
+        assert destroy.returncode != 0
+        errors = "\n".join(destroy.diagnostics("error"))
+        assert "teardown: nothing ran" in errors and "GPUHOSTS_TRUST_UNSIGNED_STATE=1" in errors, errors
+        assert destroy.host_operations == [] and not list(tmp_path.glob("planted*"))
     finally:
         bed.close()

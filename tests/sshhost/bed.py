@@ -35,6 +35,8 @@ from conftest import READY_CAP_S
 from engine import ApplyError, Engine, Op, Preview
 from sshhost import SshHost
 
+from gpuhosts.provider import state_signature
+
 PROJECT = Path(__file__).resolve().parents[2]
 STACK = "kpro5"
 VERSION = "580.126.09"
@@ -137,6 +139,9 @@ class Bed(HostView):
                 if isinstance(host, dict):
                     host.update(address=self.ssh.host, port=self.ssh.port, user=self.ssh.user,
                                 hostKey=self.ssh.host_key)
+            # Moved on purpose, so signed anew with this bed's key, as the stack's own `up` would have.
+            if "signature" in entry.get("outputs", {}):
+                entry["outputs"]["signature"] = state_signature(entry["outputs"], self.secrets()["sshPrivateKey"])
         if state:
             self.engine._save(state)
 
