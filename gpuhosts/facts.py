@@ -286,6 +286,21 @@ def secret_file_fact(unit: str, path: str, secret: str, variable: str, mode: str
                 f"holds gpuhosts:{secret} as {variable}, mode:{mode}", (_KEYED_SETUP,))
 
 
+ADMIN_KEY_VARIABLE = "GPUHOSTS_ADMIN_API_KEY"
+# 24 random bytes in URL-safe base64 (templates/container_services/service.sh.j2 writes it).
+ADMIN_KEY_LINE = f"^{ADMIN_KEY_VARIABLE}=[A-Za-z0-9_-]{{32}}$"
+
+
+def admin_key_file_fact(path: str) -> Fact:
+    """The file that holds the engine's admin key, which the container makes itself and no one else knows: its
+    form and mode, never its value."""
+    probe = (f'if [ ! -f "$root"{shlex.quote(path)} ]; then echo missing; '
+             f'elif [ "$(wc -l < "$root"{shlex.quote(path)})" = 1 ] && grep -Eq {shlex.quote(ADMIN_KEY_LINE)} '
+             f'"$root"{shlex.quote(path)}; then echo "a random key, mode:$(stat -c %a "$root"{shlex.quote(path)})"; '
+             'else echo "not a key gpuhosts made"; fi')
+    return Fact(f"admin key file {path}", probe, "a random key, mode:600")
+
+
 def keyed_observed(unit: str, observed: str, secret_value) -> tuple[str, str | None]:
     """A probed value as a refresh stores it, and a note when it cannot be compared: a keyed digest becomes the
     desired words when the file holds exactly what the ensure writes of the configured secret

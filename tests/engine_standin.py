@@ -139,6 +139,9 @@ class Engine:
         # Traffic before the gate, with another acceptance, which the gate must not count.
         self.drafts, self.draft_tokens, self.accepted, self.generated = 500.0, 7500.0, 6000.0, 20000.0
         self.requests = 0
+        # sglang's --admin-api-key; None: its admin endpoints take the API key (or nothing, without one). An SGLang
+        # as gpuhosts starts it has one that no client holds.
+        self.admin_key = "admin-key-no-client-holds" if kind == "sglang" else None
         self.lock = threading.Lock()
 
     @classmethod
@@ -308,7 +311,19 @@ def handler_for(engine: Engine):
             elif not self.path.startswith("/v1/models"):
                 self.send(404, {"detail": "Not Found"})
 
+        def admin(self):
+            # sglang 0.5.11 srt/utils/auth.py decide_request_auth, ADMIN_OPTIONAL (/flush_cache among them): the
+            # admin key once set, else the API key, else open.
+            wanted = engine.admin_key or engine.key
+            if wanted and self.headers.get("Authorization") != f"Bearer {wanted}":
+                self.send(401, {"error": "Unauthorized"})
+            else:
+                self.send(200, "Cache flushed.\n", "text/plain")
+
         def do_POST(self):
+            if engine.kind == "sglang" and self.path == "/flush_cache":
+                self.admin()
+                return
             if self.path != "/v1/chat/completions" or not self.authorised():
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

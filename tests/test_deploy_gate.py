@@ -155,7 +155,7 @@ def test_gate_settings_of_the_kpro5_services_carry_no_secret():
     assert gate_settings(sglang) | {"min_acceptance_rate": None} == {
         "base_url": "http://127.0.0.1:30000", "model": MODEL, "engine": "sglang", "speculative": True,
         "min_acceptance_length": 2.0, "min_acceptance_rate": None, "min_decode_tokens_per_s": 20.0, "max_tokens": 256,
-        "ready_timeout_s": 1800, "reasoning_field": "reasoning_content",
+        "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "admin_endpoint": "/flush_cache",
         "acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length",
                                "rate": "sglang:spec_accept_rate"}}
     assert gate_settings(vllm)["reasoning_field"] == "reasoning"
@@ -199,3 +199,29 @@ def test_an_engine_that_answers_without_the_key_fails_the_gate(serve):
 def test_an_engine_that_asks_for_the_key_passes_the_keyless_check(serve):
     result = run_gate(settings(serve(Engine(key=KEY)), api_key=KEY))
     assert not [f for f in result.failures if "without the API key" in f], result.failures
+
+
+def sglang_with(admin_key):
+    engine = Engine(kind="sglang", key=KEY)
+    engine.admin_key = admin_key
+    return engine
+
+
+@pytest.mark.parametrize("admin_key, refused", [(None, False), ("admin-only-key-51c0", True)],
+                         ids=["the API key opens the admin endpoints", "the admin key alone opens them"])
+def test_the_gate_proves_the_api_key_does_not_open_the_admin_endpoints(serve, admin_key, refused):
+    """SGLang without --admin-api-key lets every holder of the API key flush its cache, load weights from disk or
+    start a profile (srt/utils/auth.py ADMIN_OPTIONAL); the gate fails a service whose admin key did not arrive."""
+    url = serve(sglang_with(admin_key))
+    result = run_gate(settings(url, engine="sglang", min_acceptance_length=2.0, api_key=KEY,
+                               admin_endpoint=DRIVERS["sglang"].admin_endpoint))
+    failures = [f for f in result.failures if "/flush_cache" in f]
+    assert result.passed == refused
+    assert failures == ([] if refused else ["/flush_cache answered 200 to the API key; the engine's admin endpoints "
+                                            "must refuse it (401): check that the admin key file reaches the engine"])
+
+
+def test_an_engine_without_an_admin_key_is_not_asked():
+    assert DRIVERS["vllm"].admin_endpoint is None
+    assert gate_settings(kpro5_services()[1])["admin_endpoint"] is None
+    assert gate_settings(kpro5_services()[0])["admin_endpoint"] == "/flush_cache"

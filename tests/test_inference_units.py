@@ -110,13 +110,25 @@ def test_no_secret_in_any_rendered_file():
         assert SECRET_PLACEHOLDER not in content and "hf_" not in content and SECRET not in content, name
 
 
-def test_without_api_key_there_is_no_environment_file():
+def test_without_api_key_there_is_no_key_file_but_the_admin_key():
+    """The API key's file only with an API key; SGLang's admin endpoints have their own key even on loopback, where
+    any local user reaches them."""
     (service,) = kpro5_services(lambda raw: (raw.pop(1), raw[0].pop("apiKeySecret"), raw[0].update(bind="127.0.0.1")))
-    assert "EnvironmentFile" not in render_service(service, kpro5_stack()).unit.content
+    lines = [line for line in render_service(service, kpro5_stack()).unit.content.splitlines()
+             if line.startswith("EnvironmentFile=")]
+    assert lines == ["EnvironmentFile=/etc/gpuhosts/qwen-sglang.admin.env"]
 
 
-def test_sglang_launcher_hides_the_key(tmp_path):
-    """Run the launcher against a stand-in sglang.launch_server: the key is passed on, absent from the OS argv and
+ADMIN_SECRET = "admin-4b1d7c0e9f2a61d3"
+
+
+@pytest.mark.parametrize("keys, passed", [
+    ({"GPUHOSTS_API_KEY": SECRET}, ["--api-key", SECRET]),
+    ({"GPUHOSTS_API_KEY": SECRET, "GPUHOSTS_ADMIN_API_KEY": ADMIN_SECRET},
+     ["--api-key", SECRET, "--admin-api-key", ADMIN_SECRET]),
+], ids=["api key", "api and admin keys"])
+def test_sglang_launcher_hides_the_keys(tmp_path, keys, passed):
+    """Run the launcher against a stand-in sglang.launch_server: each key is passed on, absent from the OS argv and
     from the environment, and redacted in log records."""
     import subprocess
     import sys
@@ -128,14 +140,17 @@ def test_sglang_launcher_hides_the_key(tmp_path):
     package = tmp_path / "sglang"
     package.mkdir()
     (package / "__init__.py").write_text("")
+    values = list(keys.values())
     (package / "launch_server.py").write_text(
         "import logging, os, sys\n"
         "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
         "logging.getLogger('x').info('server_args=%s', sys.argv)\n"
-        "print('key' if sys.argv[-2:] == ['--api-key', " + repr(SECRET) + "] else 'no key')\n"
-        "print('env' if any(" + repr(SECRET) + " in v for v in os.environ.values()) else 'no env')\n"
-        "print('cmdline' if " + repr(SECRET) + ".encode() in open('/proc/self/cmdline', 'rb').read() else 'no cmdline')\n")
+        f"print('keys' if sys.argv[3:] == {passed!r} else 'no keys')\n"
+        f"print('env' if any(k in v for k in {values!r} for v in os.environ.values()) else 'no env')\n"
+        f"print('cmdline' if any(k.encode() in open('/proc/self/cmdline', 'rb').read() for k in {values!r}) "
+        "else 'no cmdline')\n")
     result = subprocess.run([sys.executable, str(script), "--port", "30000"], capture_output=True, text=True,
-                            env={"GPUHOSTS_API_KEY": SECRET, "PYTHONPATH": str(tmp_path), "PATH": os.environ["PATH"]})
-    assert result.stdout.split() == ["key", "no", "env", "no", "cmdline"], result.stderr
-    assert SECRET not in result.stderr and "[secret]" in result.stderr
+                            env={**keys, "PYTHONPATH": str(tmp_path), "PATH": os.environ["PATH"]})
+    assert result.stdout.split() == ["keys", "no", "env", "no", "cmdline"], result.stdout + result.stderr
+    assert not any(value in result.stderr for value in values)
+    assert result.stderr.count("[secret]") == len(values)

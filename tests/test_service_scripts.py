@@ -8,6 +8,7 @@ commands printed and every file of the host for them.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -212,6 +213,11 @@ def test_up_builds_envs_downloads_units_and_passes_the_gate(host, engine):
     assert host.unit_state("gpuhosts-qwen-vllm-dflash.service")[0] != "active"
     env_file = host.ct("/etc/gpuhosts/qwen-sglang.env")
     assert env_file.read_text() == f"GPUHOSTS_API_KEY={API_KEY}\n" and oct(env_file.stat().st_mode & 0o777) == "0o600"
+    # SGLang's admin endpoints get a key of their own, made in the container; vLLM has none.
+    admin_file = host.ct("/etc/gpuhosts/qwen-sglang.admin.env")
+    assert re.fullmatch(r"GPUHOSTS_ADMIN_API_KEY=[A-Za-z0-9_-]{32}\n", admin_file.read_text())
+    assert oct(admin_file.stat().st_mode & 0o777) == "0o600" and API_KEY not in admin_file.read_text()
+    assert not host.ct("/etc/gpuhosts/qwen-vllm-dflash.admin.env").exists()
     gate = parse_result(outputs["ct129-gate-qwen-sglang"])
     assert not gate.reboot_required
     results = gate.report

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuhosts.compat_data import EngineFacts, ModelFacts, engine_facts, model_facts
 from gpuhosts.envspec import EngineInstall, EnvSpec
+from gpuhosts.facts import ADMIN_KEY_VARIABLE
 from gpuhosts.hostside.gate_probe import ACCEPTANCE_KINDS
 from gpuhosts.render import HostFile, render
 from gpuhosts.services import EngineSpec, PackageSpec, ServiceConfig, SpecMethod
@@ -49,6 +50,9 @@ class EngineDriver:
     # The response field of thinking text, where every release the driver supports agrees; else the compatibility
     # data's rows name it per release.
     reasoning_field: str | None = None
+    # An engine whose administrative endpoints (weights, cache, profiling) take a key of their own, and one such
+    # endpoint that turns away the API key once it has one: the gate asks it. None where the engine has no such key.
+    admin_endpoint: str | None = None
 
     def facts(self, engine: EngineSpec) -> EngineFacts:
         return engine_facts(self.package, engine.version)
@@ -85,7 +89,8 @@ class EngineDriver:
 
     def shipped(self) -> tuple[HostFile, ...]:
         """The files the engine needs on the host beside its unit: its launchers, rendered."""
-        return tuple(HostFile(path, render(template, key_variable=self.key_variable), "0755")
+        return tuple(HostFile(path, render(template, key_variable=self.key_variable,
+                                           admin_key_variable=ADMIN_KEY_VARIABLE), "0755")
                      for path, template in self.launchers)
 
     def switches(self, service: ServiceConfig) -> dict[str, str]:
@@ -110,7 +115,7 @@ class EngineDriver:
         if wanted is None or set(metrics) != {"kind", *wanted}:
             raise ValueError(f"the {self.name} driver's acceptance metrics {metrics} are none the gate reads: "
                              + "; ".join(f"kind {k} with {', '.join(v)}" for k, v in ACCEPTANCE_KINDS.items()))
-        return {"reasoning_field": reasoning_field, "acceptance": metrics}
+        return {"reasoning_field": reasoning_field, "acceptance": metrics, "admin_endpoint": self.admin_endpoint}
 
     def acceptance_metrics(self) -> dict[str, str]:
         """Which of the engine's Prometheus metrics the gate and the bake-off read, and as what kind (the gate's

@@ -23,6 +23,11 @@ class SGLangDriver(EngineDriver):
     launchers = ((LAUNCHER, "inference_service/sglang-serve.py.j2"),)
     methods = frozenset(ALGORITHMS)
     settings = frozenset({"mamba_scheduler_strategy"})
+    # --admin-api-key (0.5.9 and later): srt/utils/auth.py `decide_request_auth` lets only the admin key reach the
+    # ADMIN_OPTIONAL endpoints once it is set (srt/entrypoints/http_server.py: /flush_cache,
+    # /update_weights_from_disk, /start_profile, /load_lora_adapter, /abort_request, …); without it the API key
+    # every client holds opens them.
+    admin_endpoint = "/flush_cache"
 
     def argv(self, service: ServiceConfig, install: EnvSpec) -> list[str]:
         flags = Flags(self.facts(service.engine))

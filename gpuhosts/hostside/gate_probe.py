@@ -48,6 +48,8 @@ class GateSettings:
     poll_interval_s: float = 5.0
     request_timeout_s: float = 600.0
     api_key: str | None = None
+    # An administrative endpoint that takes only the engine's own admin key (gpuhosts/engines/ `admin_endpoint`).
+    admin_endpoint: str | None = None
 
     @property
     def acceptance_length_floor(self) -> float | None:
@@ -158,6 +160,19 @@ def keyless_status(settings: GateSettings) -> int | str:
         return f"nothing ({getattr(error, 'reason', error)})"
 
 
+def admin_status_with_api_key(settings: GateSettings) -> int | str:
+    """What the admin endpoint answers to the API key: refused (401), unless the admin key is missing."""
+    request = urllib.request.Request(settings.base_url.rstrip("/") + settings.admin_endpoint, data=b"{}", headers={
+        "Authorization": f"Bearer {settings.api_key}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError) as error:
+        return f"nothing ({getattr(error, 'reason', error)})"
+
+
 def wait_healthy(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> str | None:
     """None once /health answers 200; otherwise why not, when ready_timeout_s has passed."""
     deadline = clock() + settings.ready_timeout_s
@@ -232,6 +247,11 @@ def run_gate(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> 
         # anyone who reaches the port
         result.failures.append(f"/v1/models answered {status} to a request without the API key; the engine must "
                                "refuse it (401): check that the key reaches the engine")
+    if settings.api_key and settings.admin_endpoint and (
+            status := admin_status_with_api_key(settings)) not in (401, 403):
+        # every client holds the API key; the admin endpoints (weights, cache, profiling) must want another
+        result.failures.append(f"{settings.admin_endpoint} answered {status} to the API key; the engine's admin "
+                               "endpoints must refuse it (401): check that the admin key file reaches the engine")
     try:
         with _request(settings, "/v1/models") as response:
             listed = [m.get("id") for m in json.load(response).get("data", [])]

@@ -31,6 +31,7 @@ def gate_settings(service: ServiceConfig, driver: EngineDriver | None = None) ->
     return {
         "reasoning_field": engine["reasoning_field"],
         "acceptance_metrics": engine["acceptance"],
+        "admin_endpoint": engine["admin_endpoint"],
         "base_url": f"http://{host}:{service.port}",
         "model": service.model_name,
         "engine": service.engine.name,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gpuhosts.config import StackConfig
 from gpuhosts.engines import EngineDriver, driver_for, shipped_paths
-from gpuhosts.facts import desired, files_facts, secret_file_fact, systemd_unit_facts
+from gpuhosts.facts import ADMIN_KEY_LINE, ADMIN_KEY_VARIABLE, admin_key_file_fact, desired, files_facts, secret_file_fact, systemd_unit_facts
 from gpuhosts.plans.gate_script import render_gate_script
 from gpuhosts.paths import SERVICE_ROOT
 from gpuhosts.plans.python_env import in_container, probe_in
@@ -33,6 +33,11 @@ def venv_path(service: ServiceConfig) -> str:
 
 def environment_file(service: ServiceConfig) -> str | None:
     return f"{ENV_DIR}/{service.name}.env" if service.api_key_secret else None
+
+
+def admin_environment_file(service: ServiceConfig, driver: EngineDriver | None = None) -> str | None:
+    """Where the engine's admin key lives, for an engine that has one: made in the container, known to no client."""
+    return f"{ENV_DIR}/{service.name}.admin.env" if (driver or driver_for(service.engine)).admin_endpoint else None
 
 
 def secret_variable(service: ServiceConfig, driver: EngineDriver | None = None) -> str:
@@ -87,7 +92,8 @@ def render_service(service: ServiceConfig, stack: StackConfig | None = None,
     build = f"{service.engine.version}" + (f" + {service.engine.git_ref}" if service.engine.git_ref else "")
     unit = render("inference_service/service.j2", service=service, engine_build=build,
                   workdir=f"{SERVICE_ROOT}/{service.name}",
-                  environment=environment, environment_file=environment_file(service), argv=argv)
+                  environment=environment, environment_file=environment_file(service),
+                  admin_environment_file=admin_environment_file(service, driver), argv=argv)
     return ServiceFiles(unit=HostFile(f"/etc/systemd/system/{service.unit_name}", unit), shipped=driver.shipped(),
                         argv=tuple(argv), environment=environment)
 
@@ -108,15 +114,21 @@ def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tu
     model_dirs = [service.model.path] + ([service.speculative.drafter.path] if service.speculative.drafter else [])
     unit = service_key(service)
     secret = service.api_key_secret
+    admin_file = admin_environment_file(service, driver)
     values = dict(unit=unit, vmid=service.container, service=service, program=files.argv[0], files=installed,
                   restart_on=[f.path for f in installed if f is not gate_script], model_dirs=model_dirs,
                   env_file=environment_file(service), key_variable=secret_variable(service, driver),
-                  own_files=[files.unit.path] + ([environment_file(service)] if secret else []),
+                  admin_env_file=admin_file, admin_key_variable=ADMIN_KEY_VARIABLE,
+                  admin_key_line=ADMIN_KEY_LINE,
+                  own_files=[files.unit.path] + ([environment_file(service)] if secret else [])
+                  + ([admin_file] if admin_file else []),
                   shared_files=shared, own_dirs=[ENV_DIR, *dict.fromkeys(path.rsplit("/", 1)[0] for path in shared)])
     facts = [*files_facts(installed), *systemd_unit_facts(files.unit, enabled=service.enabled, active=service.enabled)]
     if secret:
         # The key file's content is a secret: a digest keyed by the unit is the fact, compared by the provider.
         facts.append(secret_file_fact(unit, environment_file(service), secret, secret_variable(service, driver)))
+    if admin_file:
+        facts.append(admin_key_file_fact(admin_file))
     return Unit(
         key=unit,
         kind="InferenceService",
@@ -131,5 +143,6 @@ def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tu
         container=service.container,
         undoes=(f"service {service.name} ({service.unit_name}) stopped and removed from CT {service.container}"
                 + (f", its key file {environment_file(service)} deleted" if secret else "")
+                + (f", its admin key {admin_file} deleted" if admin_file else "")
                 + "; weights and environment kept by their own units"),
     )

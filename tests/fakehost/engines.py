@@ -298,6 +298,7 @@ def sglang_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int)
     p.add_argument("--speculative-num-draft-tokens", type=int)
     p.add_argument("--api-key")
+    p.add_argument("--admin-api-key")
     return p
 
 
@@ -352,6 +353,7 @@ def serve(kind: str, argv: list) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         engine = Engine.from_flags(kind, args, key, b)
+        engine.admin_key = getattr(args, "admin_api_key", None)
         server = ThreadingHTTPServer((host, args.port), handler_for(engine))
         print(f"fakehost {kind}: serving {engine.model} on {host}:{args.port}", flush=True)
         server.serve_forever()

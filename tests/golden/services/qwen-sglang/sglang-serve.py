@@ -7,15 +7,22 @@ import runpy
 import sys
 
 key = os.environ.pop("GPUHOSTS_API_KEY", "")
+admin_key = os.environ.pop("GPUHOSTS_ADMIN_API_KEY", "")
 if key:
     sys.argv += ["--api-key", key]
+if admin_key:
+    sys.argv += ["--admin-api-key", admin_key]
+secrets = [value for value in (key, admin_key) if value]
+if secrets:
     make_record = logging.getLogRecordFactory()
 
     def redacted(*args, **kwargs):
         record = make_record(*args, **kwargs)
         text = record.getMessage()
-        if key in text:
-            record.msg, record.args = text.replace(key, "[secret]"), None
+        if any(value in text for value in secrets):
+            for value in secrets:
+                text = text.replace(value, "[secret]")
+            record.msg, record.args = text, None
         return record
 
     logging.setLogRecordFactory(redacted)

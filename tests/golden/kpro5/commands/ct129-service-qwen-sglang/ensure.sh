@@ -34,15 +34,15 @@ done
 # when it is the last one: installing them and that decision take the same lock.
 install_service_files() {
 install_file /etc/systemd/system/gpuhosts-qwen-sglang.service 0644 <<'GPUHOSTS_EOF'
-# [content: containers/129/etc/systemd/system/gpuhosts-qwen-sglang.service sha256:d0334d7d7b7308c5]
+# [content: containers/129/etc/systemd/system/gpuhosts-qwen-sglang.service sha256:0bd76d9227c5f468]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/sglang-serve.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/sglang-serve.py.sha256 sha256:1d6861c5e7c164c4]
+# [content: containers/129/usr/local/lib/gpuhosts/sglang-serve.py.sha256 sha256:60741744961efccc]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:41a643e815f434d5]
+# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:0a60600431c078a8]
 GPUHOSTS_EOF
 }
 systemd_repair "$unit_name"
@@ -55,6 +55,16 @@ IFS= read -r key || true
 printf '%s=%s\n' GPUHOSTS_API_KEY "$key" | install_file /etc/gpuhosts/qwen-sglang.env 0600
 unset key
 [ "$file_changed" = 0 ] || restart=1
+# The admin key of the engine's administrative endpoints: made here once, from the container's own randomness, and
+# kept across restarts and upgrades; whoever needs those endpoints reads it as root in the container.
+admin_env_file=/etc/gpuhosts/qwen-sglang.admin.env
+if ! { [ "$(wc -l < "$root$admin_env_file" 2>/dev/null)" = 1 ] &&
+       grep -Eq '^GPUHOSTS_ADMIN_API_KEY=[A-Za-z0-9_-]{32}$' "$root$admin_env_file"; }; then
+  printf '%s=%s\n' GPUHOSTS_ADMIN_API_KEY "$(head -c 24 /dev/urandom | base64 | tr '+/' '-_')" |
+    install_file "$admin_env_file" 0600
+  note_change "made the admin key of $unit_name's administrative endpoints ($admin_env_file)"
+  restart=1
+fi
 if [ "$restart" = 1 ]; then
   systemctl daemon-reload
 fi

@@ -23,6 +23,7 @@ fact 'Environment of gpuhosts-qwen-sglang.service' "$( { systemd_property_of Env
 fact 'User of gpuhosts-qwen-sglang.service' "$( { systemd_property_of User gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
 fact 'DropInPaths of gpuhosts-qwen-sglang.service' "$( { systemd_dropins gpuhosts-qwen-sglang.service; } 2>/dev/null || true)"
 fact 'key file /etc/gpuhosts/qwen-sglang.env' "$( { keyed_file_state ct129-service-qwen-sglang /etc/gpuhosts/qwen-sglang.env llmApiKey GPUHOSTS_API_KEY; } 2>/dev/null || true)"
+fact 'admin key file /etc/gpuhosts/qwen-sglang.admin.env' "$( { if [ ! -f "$root"/etc/gpuhosts/qwen-sglang.admin.env ]; then echo missing; elif [ "$(wc -l < "$root"/etc/gpuhosts/qwen-sglang.admin.env)" = 1 ] && grep -Eq '^GPUHOSTS_ADMIN_API_KEY=[A-Za-z0-9_-]{32}$' "$root"/etc/gpuhosts/qwen-sglang.admin.env; then echo "a random key, mode:$(stat -c %a "$root"/etc/gpuhosts/qwen-sglang.admin.env)"; else echo "not a key gpuhosts made"; fi; } 2>/dev/null || true)"
 emit_facts
 GPUHOSTS_INNER
 )" gpuhosts </dev/null 2>/dev/null | sed -n "s/^GPUHOSTS_FACTS {\(.*\)}\$/\1/p" | tail -n1)" || true
@@ -39,5 +40,6 @@ else
   fact 'User of gpuhosts-qwen-sglang.service' "container $probed_vmid ${container_state:-missing}"
   fact 'DropInPaths of gpuhosts-qwen-sglang.service' "container $probed_vmid ${container_state:-missing}"
   fact 'key file /etc/gpuhosts/qwen-sglang.env' "container $probed_vmid ${container_state:-missing}"
+  fact 'admin key file /etc/gpuhosts/qwen-sglang.admin.env' "container $probed_vmid ${container_state:-missing}"
 fi
 emit_facts

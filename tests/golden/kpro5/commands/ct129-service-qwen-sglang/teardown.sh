@@ -27,6 +27,7 @@ if systemctl is-enabled --quiet "$unit_name" 2>/dev/null; then
 fi
 remove_file /etc/systemd/system/gpuhosts-qwen-sglang.service
 remove_file /etc/gpuhosts/qwen-sglang.env
+remove_file /etc/gpuhosts/qwen-sglang.admin.env
 # Files shared by the services go with the last gpuhosts unit; the services' lock makes "the last" one answer.
 remove_shared_files() {
   local others=("$root"/etc/systemd/system/gpuhosts-*.service)
