@@ -96,7 +96,7 @@ def target_of(ssh) -> dict[str, Any]:
 
 def materialize(graph: UnitGraph, root: pulumi.Resource, module: str, target: dict[str, Any],
                 secrets: dict[str, pulumi.Input[str]], prefix: str = "",
-                adopt_one_host: bool = False) -> tuple[dict[str, HostUnit], dict[GroupPath, UnitGroup]]:
+                adopt_one_host: bool = False, timeouts: dict[str, dict[str, int]] | None = None) -> tuple[dict[str, HostUnit], dict[GroupPath, UnitGroup]]:
     """The units' resources by key and the groups' components by path; a group's type is
     `gpuhosts:<module>:<kind>`, as the root's is."""
     groups: dict[GroupPath, UnitGroup] = {}
@@ -125,7 +125,7 @@ def materialize(graph: UnitGraph, root: pulumi.Resource, module: str, target: di
         if prefix and adopt_one_host:
             aliases = [pulumi.Alias(name=unit.key), pulumi.Alias(name=unit.key, type_=FLAT_UNIT_TYPE, parent=root)]
         resources[unit.key] = unit_type(unit.kind)(
-            prefix + unit.key, unit_inputs(unit, target, digest),
+            prefix + unit.key, unit_inputs(unit, target, digest, timeouts),
             pulumi.ResourceOptions(parent=groups[unit.group] if unit.group else root,
                                    depends_on=[resources[need] for need in unit.needs], aliases=aliases))
     for path, component in groups.items():

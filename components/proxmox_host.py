@@ -42,7 +42,7 @@ class ProxmoxHost(pulumi.ComponentResource):
             parent=self, aliases=[pulumi.Alias(name=gpu.address)] if prefix and adopt_one_host else []))
             for gpu in config.gpus}
         self.units, self.groups = materialize(graph, self, "host", target_of(config.host.ssh), secrets or {},
-                                              prefix, adopt_one_host)
+                                              prefix, adopt_one_host, config.host.ssh.operation_timeouts)
         self.reboot_required = pulumi.Output.all(*(u.rebootRequired for u in self.units.values())).apply(
             lambda flags: any(bool(flag) for flag in flags))
         # Per service: where it listens and, for a running one, what its deploy gate measured the last time it

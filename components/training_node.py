@@ -15,6 +15,7 @@ class TrainingNode(pulumi.ComponentResource):
         name = stack.node.name
         super().__init__("gpuhosts:training:TrainingNode", name, None, opts)
         plan = plan_training_node(stack)
-        self.units, self.groups = materialize(plan.graph, self, "training", target_of(stack.node.ssh), secrets)
+        self.units, self.groups = materialize(plan.graph, self, "training", target_of(stack.node.ssh), secrets,
+                                              timeouts=stack.node.ssh.operation_timeouts)
         self.summary = plan.summary
         self.register_outputs({"training": plan.summary})

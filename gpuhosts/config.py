@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from gpuhosts.compat_data import model_facts
+from gpuhosts.units import OPERATIONS, UNIT_KINDS
 from gpuhosts.fields import (
     DNS_NAME,
     USER_NAME,
@@ -112,6 +113,23 @@ class SshConfig(_Model):
     host_key: str | None = Field(None, description="The host's public key (`ssh-ed25519 AAAA…`), pinned. Required "
                                                    "unless insecureIgnoreHostKey.")
     insecure_ignore_host_key: bool = Field(False, description="Skip host key checking (warns). Default false.")
+    operation_timeouts: dict[str, dict[str, int]] = Field(
+        {}, description="Seconds one operation of a unit kind may run before it is ended, per kind and operation "
+                        "(`{ModelDownload: {ensure: 86400}}`). Defaults per kind: probes 600, ensures and teardowns "
+                        "1800, longer for downloads, builds and gates (gpuhosts/units.py KIND_LIMITS_S).")
+
+    @field_validator("operation_timeouts")
+    @classmethod
+    def _limits(cls, value: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        for kind, limits in value.items():
+            if kind not in UNIT_KINDS:
+                raise ValueError(f"{kind!r} is no unit kind; use one of {', '.join(sorted(UNIT_KINDS))}")
+            for operation, seconds in limits.items():
+                if operation not in OPERATIONS:
+                    raise ValueError(f"{kind}.{operation}: the operations are {', '.join(OPERATIONS)}")
+                if not 10 <= seconds <= 7 * 86400:
+                    raise ValueError(f"{kind}.{operation}: {seconds} s; give 10 to 604800 seconds")
+        return value
 
     @field_validator("host_key")
     @classmethod

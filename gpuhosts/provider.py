@@ -50,6 +50,7 @@ from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateRes
 from gpuhosts import oplog, protocol
 from gpuhosts.facts import keyed_observed
 from gpuhosts.render import render
+from gpuhosts.units import DEFAULT_LIMITS_S, operation_limits
 from gpuhosts.ssh import (DIAL_ATTEMPTS, Completed, Connection, ConnectionDropped, HostKeyChanged, KeyRefused, Pool,
                           SshError, Target, Unreachable)
 
@@ -58,7 +59,7 @@ SSH_KEY = f"{NAMESPACE}:sshPrivateKey"
 DIAL_ATTEMPTS_VARIABLE = "GPUHOSTS_SSH_DIAL_ATTEMPTS"
 # A unit's kind is its resource's type, not an input: a kind renamed by a release (with an alias to the old type)
 # must change no input, or the real engine would run the unit's ensure again.
-INPUT_KEYS = ("host", "unit", "ensure", "teardown", "probe", "facts", "secret")
+INPUT_KEYS = ("host", "unit", "ensure", "teardown", "probe", "facts", "secret", "limits")
 # The probe names an observation (a fact no plan can know) with this prefix; it becomes the output `observed`.
 OBSERVATION = "observed: "
 # What a refresh stores for a declared fact the probe did not print.
@@ -90,7 +91,8 @@ def state_signature(props: dict[str, Any], private_key: str) -> str:
     secret = props.get("secret")
     signed = {"host": [target.address, target.port, target.user, target.host_key], "unit": props.get("unit"),
               "ensure": props.get("ensure"), "teardown": props.get("teardown"), "probe": props.get("probe"),
-              "secret": secret.get("name") if isinstance(secret, dict) else None}
+              "secret": secret.get("name") if isinstance(secret, dict) else None,
+              "limits": {k: int(v) for k, v in (props.get("limits") or {}).items()}}
     key = hashlib.sha256(b"gpuhosts state signature\0" + private_key.strip().encode()).digest()
     return hmac.new(key, json.dumps(signed, sort_keys=True, separators=(",", ":")).encode(),
                     hashlib.sha256).hexdigest()
@@ -115,40 +117,43 @@ def secret_digest(unit: str, value: str) -> str:
     return hashlib.sha256(f"gpuhosts-secret\0{unit}\0{value}".encode()).hexdigest()[:16]
 
 
-def unit_inputs(unit, target: dict[str, Any], secret_digest_value: Any = None) -> dict[str, Any]:
-    """A Unit (gpuhosts.units) as the resource's inputs."""
+def unit_inputs(unit, target: dict[str, Any], secret_digest_value: Any = None,
+                timeouts: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """A Unit (gpuhosts.units) as the resource's inputs; `timeouts`, the stack's ssh.operationTimeouts."""
     secret = None
     if unit.stdin_secret is not None:
         secret = {"name": unit.stdin_secret, "digest": secret_digest_value}
     return {
         "host": target, "unit": unit.key,
         "ensure": unit.ensure, "teardown": unit.teardown, "probe": unit.probe,
-        "facts": dict(unit.desired), "secret": secret,
+        "facts": dict(unit.desired), "secret": secret, "limits": operation_limits(unit.kind, timeouts),
         # Outputs the resource has once applied; declared so that the program can read them.
         "rebootRequired": None, "report": None,
     }
 
 
-# How long one operation may run, on the host (timeout(1)) and for the client: a probe only reads; an ensure may
-# download a model's weights or build a driver. GPUHOSTS_OPERATION_TIMEOUT_S raises the ensure's and teardown's
-# limit for a slow link (a 55 GB download at 20 MB/s takes 46 minutes).
-PROBE_TIMEOUT_S = 600
-OPERATION_TIMEOUT_S = 6 * 3600
+# How long one operation may run, on the host (timeout(1)) and for the client: the unit's `limits` input, per kind
+# and overridable in the stack (gpuhosts/units.py `operation_limits`). GPUHOSTS_OPERATION_TIMEOUT_S, where set,
+# replaces every ensure's and teardown's limit for one run (a link slower than the stack says).
+PROBE_TIMEOUT_S = DEFAULT_LIMITS_S["probe"]
 TIMEOUT_VARIABLE = "GPUHOSTS_OPERATION_TIMEOUT_S"
 
 
-def operation_timeout_s(operation: str, environ=os.environ) -> int:
-    if operation == "probe":
-        return PROBE_TIMEOUT_S
+def operation_timeout_s(operation: str, props: dict[str, Any] | None = None, environ=os.environ) -> int:
     value = environ.get(TIMEOUT_VARIABLE, "")
-    return int(value) if value.isdigit() and int(value) > 0 else OPERATION_TIMEOUT_S
+    if operation != "probe" and value.isdigit() and int(value) > 0:
+        return int(value)
+    limits = (props or {}).get("limits") or {}
+    # the engine hands numbers back as floats; a state written before limits has none
+    given = limits.get(operation) if isinstance(limits, dict) else None
+    return int(given) if isinstance(given, (int, float)) and given > 0 else DEFAULT_LIMITS_S[operation]
 
 
 def run_operation(connection: Connection, props: dict[str, Any], operation: str, resource_id: str | None = None,
                   stdin: bytes = b"") -> Completed:
     """One operation of a unit on the host, through the command that keeps its ownership record; SshError when
     the host cannot be reached or the connection drops."""
-    limit = operation_timeout_s(operation)
+    limit = operation_timeout_s(operation, props)
     command = lambda path: render("common/run.sh.j2", path=path, unit=props["unit"], operation=operation,
                                   owner=resource_id or "", timeout_s=limit)
     # the client waits a little longer than the host's own limit, so the host's message arrives first

@@ -38,6 +38,40 @@ class GraphError(ValueError):
     pass
 
 
+OPERATIONS = ("probe", "ensure", "teardown")
+# How long one operation of a unit may run, in seconds (gpuhosts/provider.py ends it, on the host and in the client).
+# A probe only reads; most ensures install a file or a package. The kinds below wait on the network, a compiler or an
+# engine, sized for a slow link: a 55 GB download at 2 MB/s takes 7.6 h. `ssh.operationTimeouts` overrides them.
+DEFAULT_LIMITS_S = {"probe": 600, "ensure": 1800, "teardown": 1800}
+KIND_LIMITS_S: dict[str, dict[str, int]] = {
+    "NvidiaDriver": {"ensure": 7200, "teardown": 3600},  # the .run's download, then a DKMS build per kernel
+    "ContainerUserspace": {"ensure": 3600},
+    "PythonEnv": {"ensure": 7200},  # an engine's lock: several GB of wheels
+    "ModelDownload": {"ensure": 43200},
+    "DatasetStage": {"ensure": 43200},
+    "DatasetPrepare": {"ensure": 86400},  # tokenizing every sample of the mix
+    "DrafterConvert": {"ensure": 3600},
+    "DDTreeCheckout": {"ensure": 3600},
+    "DeployGate": {"ensure": 3600},  # the engine's readiness (30 min at most) and the measurements
+    "HiddenStateServer": {"ensure": 3600},
+    "Benchmark": {"ensure": 14400},
+    "TrainingJob": {"ensure": 3600},  # the smoke run before the launch
+    "VfioBinding": {"ensure": 3600},  # initramfs images of every kernel
+}
+# Every kind a plan makes; an override names one of them.
+UNIT_KINDS = frozenset({
+    "Benchmark", "ContainerUserspace", "DDTreeCheckout", "DatasetPrepare", "DatasetStage", "DcgmExporter", "DeployGate",
+    "DrafterConvert", "Gateway", "GatewayAdmit", "GatewayDrain", "HiddenStateCheck", "HiddenStateServer", "HostReboot",
+    "InferenceService", "LxcGpuPassthrough", "ModelDownload", "ModelStore", "MonitoringFiles", "NodeExporter",
+    "NvidiaDeviceNodes", "NvidiaDriver", "Preflight", "PythonEnv", "TrainingJob", "TrainingMonitor", "VfioBinding",
+})
+
+
+def operation_limits(kind: str, overrides: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, int]:
+    """The limit of each operation of a unit of `kind`: the defaults, the kind's own, then the stack's."""
+    return {**DEFAULT_LIMITS_S, **KIND_LIMITS_S.get(kind, {}), **((overrides or {}).get(kind) or {})}
+
+
 @dataclass(frozen=True)
 class HubFiles:
     """A Hugging Face repository's files at a revision as a unit keeps them in `directory` (inside `container`, or

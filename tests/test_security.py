@@ -26,8 +26,11 @@ from gpuhosts.facts import keyed_digest, keyed_observed
 from gpuhosts.plans.training_node import training_envs
 from gpuhosts.protocol import Result, parse_result, skipped
 from gpuhosts import provider as provider_module
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.provider import (PROBE_TIMEOUT_S, SIGNATURE, TRUST_VARIABLE, HostUnitProvider, UnitFailed,
-                               operation_timeout_s, redacted, signature_problem, state_signature)
+                               operation_timeout_s, redacted, signature_problem, state_signature, unit_inputs)
+from gpuhosts.units import KIND_LIMITS_S, UNIT_KINDS
 from gpuhosts.render import render
 from gpuhosts_monitor.app import MonitorConfig, create_app
 from gpuhosts.ssh import DEAD_PEER_S, dead_peer_detection
@@ -308,11 +311,55 @@ def test_a_hung_operation_is_ended_on_the_host_and_says_so(tmp_path):
     assert "ct129-model-qwen3-6-27b ensure ran past 1 s and was ended" in done.stderr
 
 
-def test_every_operation_has_a_limit_the_operator_may_raise():
-    assert operation_timeout_s("probe") == PROBE_TIMEOUT_S == 600
-    assert operation_timeout_s("ensure", {}) == operation_timeout_s("teardown", {}) == 6 * 3600
-    assert operation_timeout_s("ensure", {"GPUHOSTS_OPERATION_TIMEOUT_S": "43200"}) == 43200
-    assert operation_timeout_s("ensure", {"GPUHOSTS_OPERATION_TIMEOUT_S": "soon"}) == 6 * 3600
+def limits_of(kind: str, timeouts: dict | None = None) -> dict:
+    """A unit's limits as the engine hands its inputs back (numbers as floats)."""
+    values = kpro5_values()
+    values["host"]["ssh"]["operationTimeouts"] = timeouts or {}
+    stack = validate_stack(values, KPRO5_SECRETS)
+    unit = next(u for u in plan_host(stack).apply_order if u.kind == kind)
+    inputs = unit_inputs(unit, {}, None, stack.host.ssh.operation_timeouts)
+    return json.loads(json.dumps({key: float(value) for key, value in inputs["limits"].items()}))
+
+
+@pytest.mark.parametrize("kind, timeouts, environ, expected", [
+    ("NodeExporter", None, {}, {"probe": 600, "ensure": 1800, "teardown": 1800}),
+    ("ModelDownload", None, {}, {"probe": 600, "ensure": 43200, "teardown": 1800}),
+    ("NvidiaDriver", None, {}, {"probe": 600, "ensure": 7200, "teardown": 3600}),
+    ("ModelDownload", {"ModelDownload": {"ensure": 86400, "probe": 1200}}, {},
+     {"probe": 1200, "ensure": 86400, "teardown": 1800}),
+    # for one run, on a link slower than the stack says: every ensure and teardown, never a probe
+    ("NodeExporter", None, {"GPUHOSTS_OPERATION_TIMEOUT_S": "43200"}, {"probe": 600, "ensure": 43200,
+                                                                       "teardown": 43200}),
+    ("NodeExporter", None, {"GPUHOSTS_OPERATION_TIMEOUT_S": "soon"}, {"probe": 600, "ensure": 1800, "teardown": 1800}),
+], ids=["default", "a download", "the driver", "the stack's own", "raised for one run", "not a number"])
+def test_every_operation_has_a_limit_per_unit_kind_the_operator_may_change(kind, timeouts, environ, expected):
+    props = {"limits": limits_of(kind, timeouts)}
+    assert {op: operation_timeout_s(op, props, environ) for op in expected} == expected
+
+
+def test_a_state_without_limits_gets_the_defaults():
+    assert [operation_timeout_s(op, {}, {}) for op in ("probe", "ensure", "teardown")] == [PROBE_TIMEOUT_S, 1800, 1800]
+
+
+@pytest.mark.parametrize("timeouts, words", [
+    ({"ModelDownloads": {"ensure": 60}}, "'ModelDownloads' is no unit kind; use one of"),
+    ({"ModelDownload": {"install": 60}}, "ModelDownload.install: the operations are probe, ensure, teardown"),
+    ({"ModelDownload": {"ensure": 1}}, "ModelDownload.ensure: 1 s; give 10 to 604800 seconds"),
+])
+def test_a_limit_the_stack_gets_wrong_is_refused_naming_it(timeouts, words):
+    values = kpro5_values()
+    values["host"]["ssh"]["operationTimeouts"] = timeouts
+    with pytest.raises(ConfigError) as caught:
+        validate_stack(values, KPRO5_SECRETS)
+    assert "gpuhosts:host.ssh.operationTimeouts" in str(caught.value) and words in str(caught.value)
+
+
+def test_every_kind_a_plan_makes_is_one_a_limit_may_name():
+    stack = validate_stack(kpro5_values(benchmarks=True), KPRO5_SECRETS)
+    kinds = {u.kind for u in plan_host(stack).apply_order}
+    kinds |= {u.kind for u in plan_training_node(validate_trainer_stack(trainer_values(), TRAINER_SECRETS))
+              .graph.apply_order}
+    assert kinds <= UNIT_KINDS and set(KIND_LIMITS_S) <= UNIT_KINDS
 
 
 def test_a_dead_peer_is_noticed_within_a_minute():

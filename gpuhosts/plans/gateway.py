@@ -150,7 +150,7 @@ def plan_gateway(service: ServiceConfig, needs: tuple[str, ...]) -> Unit:
     env_file = environment_file(service)
     values = dict(unit=unit, vmid=vmid, service=view, program=gateway_env(service).interpreter, files=list(files),
                   restart_on=[files[0].path, files[1].path], model_dirs=[], env_file=env_file,
-                  key_variable=KEY_VARIABLE, own_files=[files[0].path, env_file],
+                  key_variable=KEY_VARIABLE, admin_env_file=None, own_files=[files[0].path, env_file],
                   shared_files=[LAUNCHER, WORKERS_SCRIPT], own_dirs=[ENV_DIR, LIB_DIR])
     facts = [*files_facts(files), *systemd_unit_facts(files[0]),
              secret_file_fact(unit, env_file, secret, KEY_VARIABLE)]
