@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
 from gpuhosts.compat_data import (
     RULES_FILE,
     EngineFacts,
@@ -80,6 +83,16 @@ def _engine_min_version(params: dict, ctx: Context) -> list[Hit]:
         if version_key(service.engine.version) < version_key(params["minVersion"]):
             hits.append((index, f"{params['engine']} {service.engine.version} with {service.model.repo} "
                                 f"(needs ≥ {params['minVersion']})"))
+    return hits
+
+
+def _engine_release(params: dict, ctx: Context) -> list[Hit]:
+    """A release of an engine that cannot serve at all (it does not install, or breaks every model)."""
+    hits = []
+    for index, service in ctx.services:
+        if (service.engine.name == params["engine"] and service.engine.git_ref is None
+                and Version(service.engine.version) in SpecifierSet(params["versions"])):
+            hits.append((index, f"{params['engine']} {service.engine.version} cannot serve here"))
     return hits
 
 
@@ -246,6 +259,7 @@ def _derived_flag_in_extra_args(params: dict, ctx: Context) -> list[Hit]:
 
 CHECKS: dict[str, Callable[[dict, Context], list[Hit]]] = {
     "engine_min_version": _engine_min_version,
+    "engine_release": _engine_release,
     "spec_on_gdn_hybrid": _spec_on_gdn_hybrid,
     "fix_present": _fix_present,
     "swa_drafter": _swa_drafter,

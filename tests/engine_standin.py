@@ -128,7 +128,8 @@ class Engine:
     def __init__(self, kind="vllm", health=200, token_delay=0.0005, tokens=64, accept_rate=0.4,
                  sglang_length=3.4, sglang_rate=0.8, key=None, speculative_tokens=15, version=None, *,
                  served=(MODEL,), metrics=True, log_stats=True, speculative=True, context_length=None,
-                 tool_parser=None, auto_tools=False, reasoning=True, slowdown=0.0, expect_temperature=0):
+                 tool_parser=None, auto_tools=False, reasoning=True, slowdown=0.0, expect_temperature=0,
+                 loop=None, calls_unparsed=False):
         self.kind, self.health, self.token_delay, self.tokens = kind, health, token_delay, tokens
         self.shapes = release_shapes(kind, version)
         self.accept_rate, self.sglang_length, self.sglang_rate, self.key = accept_rate, sglang_length, sglang_rate, key
@@ -136,6 +137,10 @@ class Engine:
         self.served, self.metrics_on, self.log_stats, self.speculative = list(served), metrics, log_stats, speculative
         self.context_length, self.tool_parser, self.auto_tools = context_length, tool_parser, auto_tools
         self.reasoning, self.slowdown, self.expect_temperature = reasoning, slowdown, expect_temperature
+        # The known failure modes: `loop`, a phrase the text repeats after its first words until max_tokens
+        # (sgl-project/sglang #35723, vllm-project/vllm #50837); `calls_unparsed`, a tool call left in the thinking
+        # text, unparsed, as SGLang with NEXTN, tools and thinking does (sgl-project/sglang #36537).
+        self.loop, self.calls_unparsed = loop, calls_unparsed
         # Traffic before the gate, with another acceptance, which the gate must not count.
         self.drafts, self.draft_tokens, self.accepted, self.generated = 500.0, 7500.0, 6000.0, 20000.0
         self.requests = 0
@@ -356,13 +361,16 @@ def handler_for(engine: Engine):
             for i in range(thinking_tokens):
                 time.sleep(pause)
                 # Without a reasoning parser the thinking is plain content (Qwen3's template opens <think> itself).
-                text = f"t{i} " + ("</think>\n\n" if not engine.reasoning and i == thinking_tokens - 1 else "")
+                word = f"t{i}" if engine.loop is None or i < 8 else engine.loop
+                text = f"{word} " + ("</think>\n\n" if not engine.reasoning and i == thinking_tokens - 1 else "")
                 chunk = delta_chunk(thinking, field, model, **{field if engine.reasoning else "content": text})
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             if call:
                 time.sleep(pause)
-                if engine.tool_parser:
+                if engine.calls_unparsed:
+                    delta = {field if engine.reasoning else "content": call_text(call)}
+                elif engine.tool_parser:
                     delta = {"tool_calls": [{"index": 0, "id": "call_0", "type": "function", "function": call}]}
                 else:
                     delta = {"content": call_text(call)}

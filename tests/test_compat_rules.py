@@ -49,6 +49,8 @@ TRIGGERED = [
     ("sglang-spec-gdn-extra-buffer",
      lambda r: sglang(r)["speculative"].update(eagleTopk=2), "gpuhosts:services[0].mambaSchedulerStrategy",
      "eagleTopk ≤ 1 (have 2)", None),
+    ("vllm-0.34.0-not-installable", vllm_alone(lambda s: s["engine"].update(version="0.34.0")),
+     "gpuhosts:services[1].engine.version", "vllm 0.34.0 cannot serve here", None),
     ("vllm-dflash-layer-index", vllm_alone(lambda s: s["engine"].update(version="0.20.1", gitRef="0c5e9b5a4e1f1a4b0c9f6c2d7e3a8b1f4d2c6e90",
                                                                  includesPrs=[40898])),
      "gpuhosts:services[1].engine.version", "vllm 0.20.1 + 0c5e9b5a4e1f1a4b0c9f6c2d7e3a8b1f4d2c6e90 is not known to contain PR 40727", None),
@@ -192,3 +194,4 @@ def test_every_param_of_every_rule_is_read_by_its_check():
         params = ReadParams(rule.params)
         CHECKS[rule.check](params, ctx)
         assert params.read == set(rule.params), f"rule {rule.id}: params never read: {set(rule.params) - params.read}"
+

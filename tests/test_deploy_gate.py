@@ -13,7 +13,8 @@ import pytest
 from gpuhosts.compat_data import engine_facts
 from gpuhosts.engines import DRIVERS
 from gpuhosts.plans.deploy_gate import gate_command, gate_settings
-from gpuhosts.hostside.gate_probe import GateSettings, acceptance, has_text, metric_samples, run_gate
+from gpuhosts.hostside.gate_probe import (GateSettings, acceptance, has_text, metric_samples, repetition_loop,
+                                         run_gate)
 from gpuhosts.plans.gate_script import render_gate_script
 from engine_standin import MODEL, PINNED, SHAPES, Engine, release_shapes, start_engine
 from services_data import kpro5_services
@@ -156,6 +157,7 @@ def test_gate_settings_of_the_kpro5_services_carry_no_secret():
         "base_url": "http://127.0.0.1:30000", "model": MODEL, "engine": "sglang", "speculative": True,
         "min_acceptance_length": 2.0, "min_acceptance_rate": None, "min_decode_tokens_per_s": 20.0, "max_tokens": 256,
         "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "admin_endpoint": "/flush_cache",
+        "tool_call": True,
         "acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length",
                                "rate": "sglang:spec_accept_rate"}}
     assert gate_settings(vllm)["reasoning_field"] == "reasoning"
@@ -225,3 +227,47 @@ def test_an_engine_without_an_admin_key_is_not_asked():
     assert DRIVERS["vllm"].admin_endpoint is None
     assert gate_settings(kpro5_services()[1])["admin_endpoint"] is None
     assert gate_settings(kpro5_services()[0])["admin_endpoint"] == "/flush_cache"
+
+
+# --- the known failure modes of today's releases --------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine, tool_call, failure", [
+    (Engine(kind="sglang", tool_parser="qwen3_coder", key=KEY), True, None),
+    (Engine(kind="vllm", tool_parser="qwen3_coder", auto_tools=True, key=KEY), True, None),
+    # sgl-project/sglang #35723 (0.5.17, Qwen3.5-architecture models): the text turns into one phrase repeated
+    (Engine(kind="sglang", tool_parser="qwen3_coder", key=KEY, loop="the"), True,
+     "the timed request looped on 'the'"),
+    # vllm-project/vllm #50837 (DFlash on Qwen3.5): degenerate, repeating output
+    (Engine(kind="vllm", tool_parser="qwen3_coder", auto_tools=True, key=KEY, loop="of the answer"), True,
+     "the timed request looped on 'of the answer'"),
+    # sgl-project/sglang #36537 (NEXTN + tool calls + thinking): the call stays in the text, unparsed
+    (Engine(kind="sglang", tool_parser="qwen3_coder", key=KEY, calls_unparsed=True), True,
+     "the tool-call request came back without a tool call"),
+    # a service without a tool parser is not asked for a call
+    (Engine(kind="sglang", key=KEY, calls_unparsed=True), False, None),
+], ids=["sglang healthy", "vllm healthy", "sglang loop", "vllm dflash loop", "sglang call unparsed",
+        "no tool parser"])
+def test_the_gate_refuses_the_known_failure_modes(serve, engine, tool_call, failure):
+    engine.tokens = 80
+    url = serve(engine)
+    result = run_gate(settings(url, engine=engine.kind, min_acceptance_length=1.5, api_key=KEY, tool_call=tool_call,
+                               max_tokens=80))
+    found = [f for f in result.failures if "looped" in f or "tool call" in f]
+    if failure is None:
+        assert found == [] and result.passed, result.failures
+        assert result.tool_call_ok is (True if tool_call else None)
+    else:
+        assert found and found[0].startswith(failure) and not result.passed, result.failures
+
+
+@pytest.mark.parametrize("text, phrase", [
+    ("word " * 60, "word"),
+    (" ".join(f"w{i}" for i in range(20)) + " a b c" * 20, "a b c"),
+    (" ".join(f"w{i}" for i in range(200)), None),
+    ("the same " * 10, None),  # too short to tell
+    # prose repeats words, never one phrase for 48 words
+    (("def primes(n): return the first n prime numbers, checked by trial division up to the square root. " * 3),
+     None),
+])
+def test_a_loop_is_one_phrase_repeated_to_the_end(text, phrase):
+    assert repetition_loop(text) == phrase

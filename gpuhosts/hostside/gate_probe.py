@@ -28,6 +28,15 @@ DEFAULT_MIN_ACCEPTANCE_LENGTH = 1.5
 DEFAULT_MIN_ACCEPTANCE_RATE = 0.1
 SMOKE_PROMPT = "Reply with the single word: ready"
 # Fixed, so that runs compare: long enough to reach steady decode, predictable enough for drafts to be accepted.
+TOOL_PROMPT = "What is the weather in Bergen right now? Use the get_weather tool."
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+# Thinking comes first and takes tokens before the call.
+TOOL_MAX_TOKENS = 1024
+# A degenerate loop: the last LOOP_WINDOW words repeat a phrase of at most LOOP_PERIOD words.
+LOOP_WINDOW = 48
+LOOP_PERIOD = 12
 TIMED_PROMPT = ("Write a Python function that returns the first n prime numbers, with a docstring and three "
                 "doctest examples, then explain in two sentences how it works.")
 
@@ -50,6 +59,8 @@ class GateSettings:
     api_key: str | None = None
     # An administrative endpoint that takes only the engine's own admin key (gpuhosts/engines/ `admin_endpoint`).
     admin_endpoint: str | None = None
+    # The service parses tool calls: the gate asks for one with thinking on.
+    tool_call: bool = False
 
     @property
     def acceptance_length_floor(self) -> float | None:
@@ -74,6 +85,7 @@ class GateResult:
     completion_tokens: int | None = None
     acceptance_length: float | None = None
     acceptance_rate: float | None = None
+    tool_call_ok: bool | None = None
     failures: list[str] = field(default_factory=list)
 
     def outputs(self) -> dict[str, Any]:
@@ -200,6 +212,19 @@ def _chat_body(settings: GateSettings, prompt: str, max_tokens: int, stream: boo
     return body
 
 
+def repetition_loop(text: str) -> str | None:
+    """The phrase a text ends by repeating over and over, or None: how a token loop looks from outside (a model
+    that keeps emitting one phrase until max_tokens). Real prose does not repeat one phrase LOOP_WINDOW words long."""
+    words = text.split()
+    if len(words) < LOOP_WINDOW:
+        return None
+    tail = words[-LOOP_WINDOW:]
+    for period in range(1, LOOP_PERIOD + 1):
+        if all(tail[i] == tail[i + period] for i in range(LOOP_WINDOW - period)):
+            return " ".join(tail[:period])
+    return None
+
+
 def stream_events(response):
     """The JSON events of a streamed chat completion (server-sent `data:` lines), up to `[DONE]`."""
     for raw in response:
@@ -212,27 +237,72 @@ def stream_events(response):
         yield json.loads(payload)
 
 
-def timed_decode(settings: GateSettings, clock=time.perf_counter) -> tuple[float | None, int]:
-    """Stream the fixed request; decode tokens/s between the first and the last token (prefill excluded)."""
-    first = last = None
-    chunks = 0
-    usage_tokens = None
-    with _request(settings, "/v1/chat/completions", _chat_body(settings, TIMED_PROMPT, settings.max_tokens, True)) as response:
+@dataclass
+class Streamed:
+    text: str = ""
+    first: float | None = None
+    last: float | None = None
+    chunks: int = 0
+    usage_tokens: int | None = None
+    # tool calls by index: name and the arguments' pieces joined
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+
+
+def stream_chat(settings: GateSettings, body: dict, clock=time.perf_counter) -> Streamed:
+    """A streamed chat completion read whole: its text (thinking and answer), when tokens came, its tool calls."""
+    seen = Streamed()
+    with _request(settings, "/v1/chat/completions", body) as response:
         for event in stream_events(response):
             if event.get("usage"):
-                usage_tokens = event["usage"].get("completion_tokens")
+                seen.usage_tokens = event["usage"].get("completion_tokens")
             for choice in event.get("choices") or []:
                 delta = choice.get("delta") or {}
+                for call in delta.get("tool_calls") or []:
+                    entry = seen.calls.setdefault(int(call.get("index") or 0), {"name": "", "arguments": ""})
+                    function = call.get("function") or {}
+                    entry["name"] += function.get("name") or ""
+                    entry["arguments"] += function.get("arguments") or ""
                 if has_text(delta, settings.reasoning_field):
                     now = clock()
-                    first = now if first is None else first
-                    last = now
-                    chunks += 1
-    tokens = usage_tokens if usage_tokens is not None else chunks
-    if first is None or last is None or last <= first or tokens < 2:
-        return None, tokens
+                    seen.first = now if seen.first is None else seen.first
+                    seen.last = now
+                    seen.chunks += 1
+                    seen.text += (delta.get(settings.reasoning_field) or "") + (delta.get("content") or "")
+    return seen
+
+
+def timed_decode(settings: GateSettings, clock=time.perf_counter) -> tuple[float | None, int, str]:
+    """Stream the fixed request; decode tokens/s between the first and the last token (prefill excluded), the
+    tokens and the text."""
+    seen = stream_chat(settings, _chat_body(settings, TIMED_PROMPT, settings.max_tokens, True), clock)
+    tokens = seen.usage_tokens if seen.usage_tokens is not None else seen.chunks
+    if seen.first is None or seen.last is None or seen.last <= seen.first or tokens < 2:
+        return None, tokens, seen.text
     # With speculative decoding one chunk can carry several tokens; the usage count is the truth.
-    return (tokens - 1) / (last - first), tokens
+    return (tokens - 1) / (seen.last - seen.first), tokens, seen.text
+
+
+def tool_call_problem(settings: GateSettings) -> str | None:
+    """Why a request that needs a tool, with thinking on, did not come back as one parseable call; None if it did.
+    SGLang with NEXTN, tool calls and thinking loops or leaves the call unparsed in the text (sgl-project/sglang
+    #36537): an agent then gets prose where it waits for a call."""
+    body = _chat_body(settings, TOOL_PROMPT, TOOL_MAX_TOKENS, True)
+    body.update(tools=[WEATHER_TOOL], tool_choice="auto")
+    seen = stream_chat(settings, body)
+    phrase = repetition_loop(seen.text)
+    if phrase is not None:
+        return f"the tool-call request looped on {phrase!r}"
+    if not seen.calls:
+        shown = " ".join(seen.text.split()[-12:])
+        return f"the tool-call request came back without a tool call (it ends: {shown!r})"
+    call = seen.calls[min(seen.calls)]
+    try:
+        arguments = json.loads(call["arguments"] or "null")
+    except ValueError:
+        return f"the tool call's arguments are not JSON: {call['arguments'][:80]!r}"
+    if call["name"] != "get_weather" or not isinstance(arguments, dict) or "city" not in arguments:
+        return f"the tool call is not the one asked for: {call['name']}({call['arguments'][:80]})"
+    return None
 
 
 def run_gate(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> GateResult:
@@ -264,8 +334,17 @@ def run_gate(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> 
         if not result.smoke_ok:
             result.failures.append("the smoke request returned no text")
         before = _metrics(settings)
-        result.decode_tokens_per_s, result.completion_tokens = timed_decode(settings)
+        result.decode_tokens_per_s, result.completion_tokens, text = timed_decode(settings)
         after = _metrics(settings)
+        if (phrase := repetition_loop(text)) is not None:
+            # a token loop (sgl-project/sglang #35723 on Qwen3.5-architecture models; vllm-project/vllm #50837 with
+            # DFlash drafters) still decodes fast and may accept well: only the text shows it
+            result.failures.append(f"the timed request looped on {phrase!r}")
+        if settings.tool_call:
+            problem = tool_call_problem(settings)
+            result.tool_call_ok = problem is None
+            if problem:
+                result.failures.append(problem)
     except (urllib.error.URLError, OSError, ValueError) as error:
         result.failures.append(f"engine stopped answering: {getattr(error, 'reason', error)}")
         return result

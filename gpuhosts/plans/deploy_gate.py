@@ -32,6 +32,7 @@ def gate_settings(service: ServiceConfig, driver: EngineDriver | None = None) ->
         "reasoning_field": engine["reasoning_field"],
         "acceptance_metrics": engine["acceptance"],
         "admin_endpoint": engine["admin_endpoint"],
+        "tool_call": service.tool_call_parser is not None,
         "base_url": f"http://{host}:{service.port}",
         "model": service.model_name,
         "engine": service.engine.name,

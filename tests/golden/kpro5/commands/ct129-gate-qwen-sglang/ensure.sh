@@ -10,7 +10,7 @@ if [ "$status" != running ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step 63adf40b4d1cfcf5); fails the deploy below
+# Inside container 129: the deploy gate of qwen-sglang (service step 0ce7398f0e9154c5); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
 service=qwen-sglang
 python=/opt/gpuhosts/qwen-sglang/venv/bin/python
@@ -18,7 +18,7 @@ unit_name=gpuhosts-qwen-sglang.service
 # What a refresh compares: the inputs of the last gate that passed (its service's step and its settings).
 record="$root"/var/lib/gpuhosts/gates/ct129-gate-qwen-sglang
 set +e
-output="$("$root$python" "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "admin_endpoint": "/flush_cache", "base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "min_acceptance_length": 2.0, "min_acceptance_rate": null, "min_decode_tokens_per_s": 20.0, "model": "qwen3.6-27b", "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "speculative": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY)"
+output="$("$root$python" "$root"/usr/local/lib/gpuhosts/deploy-gate.py '{"acceptance_metrics": {"kind": "gauges", "length": "sglang:spec_accept_length", "rate": "sglang:spec_accept_rate"}, "admin_endpoint": "/flush_cache", "base_url": "http://127.0.0.1:30000", "engine": "sglang", "max_tokens": 256, "min_acceptance_length": 2.0, "min_acceptance_rate": null, "min_decode_tokens_per_s": 20.0, "model": "qwen3.6-27b", "ready_timeout_s": 1800, "reasoning_field": "reasoning_content", "speculative": true, "tool_call": true}' "$root"/etc/gpuhosts/qwen-sglang.env GPUHOSTS_API_KEY)"
 status=$?
 set -e
 grep -v '^GPUHOSTS_GATE ' <<<"$output" || true
@@ -30,7 +30,7 @@ if [ "$status" != 0 ]; then
   refuse "deploy gate of $service failed (see above); the service keeps running for inspection"
 fi
 mkdir -p "$(dirname "$record")"
-printf '%s\n' 'passed with inputs sha256:26fe54f4fca6d9ca' >"$record"
+printf '%s\n' 'passed with inputs sha256:42c9540e04d44ca1' >"$record"
 say "deploy gate of $service passed"
 finish
 GPUHOSTS_INNER
