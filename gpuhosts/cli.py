@@ -13,7 +13,8 @@ from gpuhosts import bench_cli, exit_codes
 from gpuhosts import check as live_check
 from gpuhosts import diff
 from gpuhosts.config import ConfigError
-from gpuhosts.plan import PlanError, write_plan
+from gpuhosts.plan import PlanError, read_stack_file, stand_in_secrets, write_plan
+from gpuhosts.upgrades import upgrade_report
 from gpuhosts.render import PROJECT_ROOT, TemplateError
 
 
@@ -43,6 +44,10 @@ def _main(argv: list[str] | None = None) -> int:
     plan.add_argument("--stack-file", type=Path, help="stack config file (default: stacks/Pulumi.STACK.yaml)")
     plan.add_argument("--out", type=Path, help="output folder (default: build/plan/STACK)")
     plan.add_argument("--verbose", action="store_true", help="print each warning in full")
+    upgrades = commands.add_parser("upgrades", help="the newer releases of what a stack pins that gpuhosts knows, "
+                                   "whether the plan accepts each, and what a bump changes")
+    upgrades.add_argument("stack", help="stack name, e.g. kpro5")
+    upgrades.add_argument("--stack-file", type=Path, help="stack config file (default: stacks/Pulumi.STACK.yaml)")
     # `diff` reads its own arguments (gpuhosts/diff.py).
     commands.add_parser("diff", add_help=False, help="review a change: two plans, or stacks against --base GIT_REF "
                         "(exit 0 no change, 3 changes, 2 invalid input, 1 error)")
@@ -64,6 +69,8 @@ def _main(argv: list[str] | None = None) -> int:
               "init` accepts them)", file=sys.stderr)
         return exit_codes.INVALID
     stack_file = args.stack_file or PROJECT_ROOT / "stacks" / f"Pulumi.{args.stack}.yaml"
+    if args.command == "upgrades":
+        return _upgrades(args.stack, stack_file)
     out = args.out or PROJECT_ROOT / "build" / "plan" / args.stack
     try:
         summary = write_plan(PROJECT_ROOT, args.stack, stack_file, out)
@@ -85,6 +92,30 @@ def _main(argv: list[str] | None = None) -> int:
     # The resources `pulumi preview` would show, as it shows them.
     print()
     print((out / "tree.txt").read_text(), end="")
+    return exit_codes.OK
+
+
+def _upgrades(stack: str, stack_file: Path) -> int:
+    try:
+        others: list[str] = []
+        values, secure = read_stack_file(stack_file, others)
+        values, secure, _ = stand_in_secrets(values, secure)
+        bumps, unchanged = upgrade_report(values, secure, others)
+    except ConfigError as error:
+        print(f"gpuhosts upgrades {stack}: {error}", file=sys.stderr)
+        return exit_codes.INVALID
+    except PlanError as error:
+        print(f"gpuhosts upgrades {stack}: {error}", file=sys.stderr)
+        return exit_codes.ERROR
+    print(f"upgrades of stack {stack}: {len(bumps)} known newer release(s), "
+          f"{sum(b.accepted for b in bumps)} accepted by the plan")
+    for bump in bumps:
+        print(bump.line())
+    for line in unchanged:
+        print(line)
+    if bumps:
+        print("a bump: edit the version in the stack file, review it with `gpuhosts diff " + stack + " --base main`, "
+              "then `pulumi up` (a service with replicas rolls through them behind its gateway, each past its gate)")
     return exit_codes.OK
 
 

@@ -115,6 +115,9 @@ class EngineRow(_Row):
     contains_prs: tuple[int, ...] = ()
     convert: str | None = None
     train: str | None = None
+    prepare: str | None = None
+    train_defaults: dict[str, Any] = {}
+    removed_train_flags: tuple[str, ...] = ()
     reason: str | None = None
     source: str
 
@@ -144,6 +147,10 @@ class EngineFacts:
     contains_prs: frozenset[int] = frozenset()
     convert: str | None = None
     train: str | None = None
+    prepare: str | None = None
+    # The trainer's own defaults for a DFlash run, by TrainConfig field, where they matter to a bump.
+    train_defaults: tuple[tuple[str, Any], ...] = ()
+    removed_train_flags: frozenset[str] = frozenset()
     sources: tuple[str, ...] = ()
 
     def flag(self, name: str) -> str:
@@ -230,7 +237,9 @@ def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> E
     renames: dict[str, str] = {}
     redundant: set[str] = set()
     prs: set[int] = set()
-    reasoning = convert = train = None
+    reasoning = convert = train = prepare = None
+    defaults: dict[str, Any] = {}
+    removed: set[str] = set()
     sources = []
     for row in (rules or load_rule_file()).engines:
         if row.package != package or not row.holds(version):
@@ -240,22 +249,26 @@ def engine_facts(package: str, version: str, rules: RuleFile | None = None) -> E
         redundant.update(row.redundant_environment)
         prs.update(row.contains_prs)
         reasoning = row.reasoning_field or reasoning
-        convert, train = row.convert or convert, row.train or train
+        convert, train, prepare = row.convert or convert, row.train or train, row.prepare or prepare
+        defaults.update(row.train_defaults)
+        removed.update(row.removed_train_flags)
         sources.append(" ".join(row.source.split()))
     return EngineFacts(package=package, version=version, lock_constraints=tuple(constraints),
                        flag_renames=tuple(sorted(renames.items())), redundant_environment=frozenset(redundant),
                        reasoning_field=reasoning, contains_prs=frozenset(prs), convert=convert, train=train,
-                       sources=tuple(sources))
+                       prepare=prepare, train_defaults=tuple(sorted(defaults.items())),
+                       removed_train_flags=frozenset(removed), sources=tuple(sources))
 
 
 def version_key(text: str) -> tuple:
     """Order PEP 440 releases of the shape the config accepts: 0.5.10 < 0.5.10.post1 < 0.5.11rc1 < 0.5.11."""
-    match = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+)|\.post(\d+)|\.dev(\d+))?$", text)
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?(?:(a|b|rc)(\d+)|\.post(\d+)|\.dev(\d+))?$", text)
     if not match:
         raise ValueError(f"{text!r} is not a release")
-    release = tuple(int(match[i]) for i in (1, 2, 3))
-    if match[7] is not None:
-        return release + (-2, int(match[7]))
-    if match[4] is not None:
-        return release + (-1, {"a": 0, "b": 1, "rc": 2}[match[4]] * 10_000 + int(match[5]))
-    return release + (0, int(match[6] or 0))
+    # 0.7.0 is 0.7.0.0: a fourth number orders after the three it extends
+    release = tuple(int(match[i] or 0) for i in (1, 2, 3, 4))
+    if match[8] is not None:
+        return release + (-2, int(match[8]))
+    if match[5] is not None:
+        return release + (-1, {"a": 0, "b": 1, "rc": 2}[match[5]] * 10_000 + int(match[6]))
+    return release + (0, int(match[7] or 0))

@@ -27,7 +27,8 @@ from gpuhosts.config import (
 )
 
 SERVICE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
-RELEASE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc|\.post|\.dev)\d+)?$")
+# Three or four numbers (speculators publishes 0.7.0.1 and 0.7.0.2), then at most one pre, post or dev part.
+RELEASE = re.compile(r"^\d+\.\d+\.\d+(?:\.\d+)?(?:(?:a|b|rc|\.post|\.dev)\d+)?$")
 FULL_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 ENGINE_NAME = r"^[a-z][a-z0-9_-]{0,39}$"

@@ -116,6 +116,13 @@ class HyperParameters(_Model):
     epochs: int = Field(3, ge=1, le=1000, description="Training epochs. Default 3.")
     lr: float = Field(3e-4, gt=0, lt=1, description="Learning rate. Default 3e-4.")
     block_size: int = Field(16, ge=2, le=64, description="DFlash block size. Default 16.")
+    # Rendered on every release, so that a bump of speculators changes neither silently: 0.9 moved their defaults
+    # for DFlash (loss_fn kl_div → ce, max_anchors 3072 → 512; gpuhosts/compat-rules.yaml trainDefaults).
+    loss_fn: str = Field("kl_div", pattern=r"^[a-z_]+$|^\{.*\}$",
+                         description="speculators --loss-fn: a loss name (`kl_div`, `ce`, `tv`) or a JSON map of "
+                                     "weights. Default kl_div, what speculators 0.7 trains DFlash with.")
+    max_anchors: int = Field(3072, ge=1, description="speculators --max-anchors: anchor positions per sequence. "
+                                                     "Default 3072, speculators 0.7's.")
     num_layers: int = Field(5, ge=1, le=16, description="Drafter decoder layers. Default 5.")
     layer_types: tuple[LayerType, ...] | None = Field(
         None, description="The drafter's per-layer attention (its config.json `layer_types`), checked on the node "

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from conftest import FIXTURES, TRAINER_SECRETS, trainer_values
-from gpuhosts.plans.training_node import engine_invocations
+from gpuhosts.plans.training_node import engine_invocations, plan_training_node
 from gpuhosts.stacks import validate_trainer_stack
 
 PINNED = validate_trainer_stack(trainer_values(), TRAINER_SECRETS)
@@ -79,14 +79,28 @@ def test_the_trainer_gets_the_layout_from_the_converted_drafter(version):
     assert argv[argv.index("--total-seq-len") + 1] == str(PINNED.training.hyper.max_seq_len)
 
 
-def test_a_bump_to_0_9_0_is_one_value():
+def test_a_bump_to_0_9_0_keeps_every_training_setting_and_moves_the_data_step_to_the_server():
     pinned, bumped = engine_invocations(PINNED), engine_invocations(stack_at("0.9.0"))
     programs = {i["name"]: i["program"] for i in bumped}
     assert programs["speculators-convert"] == "speculators convert"
     assert programs["speculators-train"] == "speculators.train"
-    # The trainer's flags are the same words; only how the programs are started differs.
+    # The trainer's flags are the same words, the defaults 0.9 moved among them (loss kl_div → ce, anchors
+    # 3072 → 512): only how the programs are started differs.
     train = {i["name"]: i for i in pinned}["speculators-train"]
-    assert {i["name"]: i for i in bumped}["speculators-train"]["argv"] == train["argv"]
+    argv = {i["name"]: i for i in bumped}["speculators-train"]["argv"]
+    assert argv == train["argv"]
+    assert argv[argv.index("--loss-fn") + 1] == "kl_div" and argv[argv.index("--max-anchors") + 1] == "3072"
+    # 0.9's data step has the verifier's vLLM server render each conversation: the hidden-state server is that
+    # server, so the data waits for its check.
+    prepare = {i["name"]: i for i in bumped}["speculators-prepare-data"]
+    assert prepare["program"] == "speculators prepare-data"
+    assert prepare["argv"][prepare["argv"].index("--render-endpoint") + 1] == "http://127.0.0.1:8000"
+    assert "speculators-prepare-data" not in {i["name"] for i in pinned}
+    graph = plan_training_node(stack_at("0.9.0")).graph
+    (data,) = [u for u in graph.apply_order if u.kind == "DatasetPrepare"]
+    assert "hidden-state-check" in data.needs
+    (pinned_data,) = [u for u in plan_training_node(PINNED).graph.apply_order if u.kind == "DatasetPrepare"]
+    assert "hidden-state-check" not in pinned_data.needs
 
 
 def test_a_release_without_a_row_is_refused():
@@ -111,11 +125,13 @@ def test_the_trainers_arguments_are_typed_and_spelled_by_the_release():
     from gpuhosts.engines import speculators
 
     args = speculators.TrainArgs(verifier="/v", data="/d", endpoint="http://127.0.0.1:8000/v1", save="/s", epochs=3,
-                                 lr=3e-4, block_size=16, target_layer_ids=(2, 17), total_seq_len=8192)
+                                 lr=3e-4, block_size=16, target_layer_ids=(2, 17), total_seq_len=8192,
+                                 loss_fn="kl_div", max_anchors=3072)
     _invocation, groups = speculators.train("0.7.0", "/venv", "/src", 4, args, ("--x",), "/start", {})
     assert groups == [["--verifier-name-or-path", "/v"], ["--data-path", "/d"],
                       ["--vllm-endpoint", "http://127.0.0.1:8000/v1"], ["--save-path", "/s"], ["--epochs", "3"],
                       ["--lr", "0.0003"], ["--speculator-type", "dflash"], ["--block-size", "16"],
-                      ["--target-layer-ids", "2", "17"], ["--total-seq-len", "8192"], ["--x"]]
+                      ["--target-layer-ids", "2", "17"], ["--total-seq-len", "8192"], ["--loss-fn", "kl_div"],
+                      ["--max-anchors", "3072"], ["--x"]]
     with pytest.raises(TypeError):
         speculators.TrainArgs(verifier="/v", seq_len=8192)  # a misspelt meaning is an error, not a dropped flag

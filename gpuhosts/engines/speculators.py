@@ -10,9 +10,9 @@ vllm-project/speculators provides three programs a training node runs:
 
 What changes between releases (which program converts, how training is started) is an `engines:` row of the
 compatibility data (gpuhosts/compat-rules.yaml), keyed by a version range and citing the source it was read from;
-the argv builders below hold what every row shares. A bump
-of `training.speculators.version` is therefore one changed value in the stack, and a release no row covers is
-refused with the reason instead of being guessed at.
+the argv builders below hold what every row shares. Every trainer default that a release moved is rendered from
+the stack (`training.hyper`), so a bump changes no training setting unseen; `gpuhosts upgrades` lists what else
+it changes. A release no row covers is refused with the reason instead of being guessed at.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ TRAIN_FLAGS = {
     "verifier": "--verifier-name-or-path", "data": "--data-path", "endpoint": "--vllm-endpoint",
     "save": "--save-path", "epochs": "--epochs", "lr": "--lr", "speculator_type": "--speculator-type",
     "block_size": "--block-size", "target_layer_ids": "--target-layer-ids", "total_seq_len": "--total-seq-len",
-    "from_pretrained": "--from-pretrained",
+    "loss_fn": "--loss-fn", "max_anchors": "--max-anchors", "from_pretrained": "--from-pretrained",
 }
 
 
@@ -61,6 +61,8 @@ class TrainArgs:
     block_size: int
     target_layer_ids: tuple[int, ...]
     total_seq_len: int
+    loss_fn: str
+    max_anchors: int
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,9 @@ class Row:
     convert: str  # "api": python -c CONVERT_API_CODE; "cli": the `speculators convert` console script
     train: str  # "script": <checkout>/scripts/train.py; "module": python -m speculators.train
     source: str
+    # "script": <checkout>/scripts/prepare_data.py, which tokenizes with the verifier's own template; "cli":
+    # `speculators prepare-data`, which has a vLLM server render each conversation (--render-endpoint)
+    prepare: str = "script"
     flags: dict[str, str] = field(default_factory=lambda: dict(TRAIN_FLAGS))
     launch_script: str = "scripts/launch_vllm.py"
 
@@ -91,7 +96,7 @@ def row(version: str) -> Row:
                          "speculators, with convert and train): check its convert and train programs against its "
                          "sources and add a row")
     return Row(versions=SpecifierSet(f"=={version}"), convert=facts.convert, train=facts.train,
-               source="; ".join(facts.sources))
+               source="; ".join(facts.sources), prepare=facts.prepare or "script")
 
 
 def requirement(spec) -> str:

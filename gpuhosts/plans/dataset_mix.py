@@ -49,7 +49,8 @@ def mix_spec(seed: int, sources, target: str) -> dict:
 
 
 def prepare_data_invocation(version: str, venv: str, checkout: str, verifier_dir: str, mix_file: str, output: str,
-                            seq_length: int, seed: int, max_samples: int | None = None) -> speculators_driver.Invocation:
+                            seq_length: int, seed: int, max_samples: int | None = None,
+                            render_endpoint: str | None = None) -> speculators_driver.Invocation:
     """speculators' scripts/prepare_data.py as the pinned release's parser takes it (v0.7.0 parse_args, lines
     79-182): --model is the verifier's directory, whose tokenizer and chat template format every row (the release
     has no chat-template flag of its own: load_and_preprocess_dataset reads the model's processor); --seq-length is
@@ -58,6 +59,17 @@ def prepare_data_invocation(version: str, venv: str, checkout: str, verifier_dir
     884-890)."""
     argv = ("--model", verifier_dir, "--data", mix_file, "--output", output, "--seq-length", str(seq_length),
             "--seed", str(seed)) + (("--max-samples", str(max_samples)) if max_samples is not None else ())
+    if speculators_driver.row(version).prepare == "cli":
+        # speculators 0.8.1 and later (src/speculators/cli/prepare_data.py): the same flags through the console
+        # script, and every conversation rendered by the verifier's own vLLM server (--render-endpoint, its base
+        # URL: data_generation/render_client.py posts to /v1/chat/completions/render, with no model name and no key)
+        if render_endpoint is None:
+            raise ValueError(f"speculators {version} prepares data through a vLLM server's render endpoint; the "
+                             "plan gives none")
+        return speculators_driver.Invocation(
+            "speculators-prepare-data", speculators_driver.PACKAGE, version, "speculators prepare-data",
+            (f"{venv}/bin/speculators", "prepare-data"), argv + ("--render-endpoint", render_endpoint),
+            {"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"})
     return speculators_driver.Invocation(
         "speculators-prepare-data", speculators_driver.PACKAGE, version, PREPARE_DATA_SCRIPT,
         (f"{venv}/bin/python", f"{checkout}/{PREPARE_DATA_SCRIPT}"), argv,
@@ -65,7 +77,7 @@ def prepare_data_invocation(version: str, venv: str, checkout: str, verifier_dir
 
 
 def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, verifier_dir: str,
-                         needs: tuple[str, ...]) -> TrainingData:
+                         needs: tuple[str, ...], render_endpoint: str | None = None) -> TrainingData:
     """Each step's marker names its inputs, so a changed count or seed re-mixes and re-tokenizes while the
     downloads and conversions stay."""
     training, dataset = stack.training, stack.training.dataset
@@ -85,7 +97,7 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
     tokenized = f"{target}/tokenized"
     invocation = prepare_data_invocation(training.speculators.version, speculators.venv, speculators.checkout,
                                          verifier_dir, f"{target}/mix/mix.jsonl", f"{tokenized}.part",
-                                         training.hyper.max_seq_len, seed)
+                                         training.hyper.max_seq_len, seed, render_endpoint=render_endpoint)
     # What the tokenized data is made of, as the plan knows it: the probe's fact and the ensure's marker.
     def made_of(argv) -> str:
         return hashlib.sha256(json.dumps(
@@ -99,7 +111,7 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
         smoke_invocation = prepare_data_invocation(
             training.speculators.version, speculators.venv, speculators.checkout, verifier_dir,
             f"{target}/mix/mix.jsonl", f"{target}/{SMOKE_DIR}.part", training.hyper.max_seq_len, seed,
-            training.smoke.samples)
+            training.smoke.samples, render_endpoint=render_endpoint)
         smoke = dict(dir=f"{target}/{SMOKE_DIR}", argv=list(smoke_invocation.argv), key=made_of(smoke_invocation.argv),
                      samples=training.smoke.samples)
     gated = any(s.gated for s in sources)
@@ -117,7 +129,9 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
     values = dict(unit=key, name=dataset.name, target=target, seed=seed, version=training.speculators.version,
                   python=f"{speculators.venv}/bin/python", hf=f"{speculators.venv}/bin/hf", script=PREPARE_SCRIPT,
                   script_digest=script_digest, spec=spec, prepare_key=prepare_key, files=[script], secret=secret,
-                  needs=[f"{verifier_dir}/.gpuhosts-download", invocation.command[1], f"{speculators.venv}/bin/hf"],
+                  needs=[f"{verifier_dir}/.gpuhosts-download",
+                         invocation.command[0] if invocation.program == "speculators prepare-data"
+                         else invocation.command[1], f"{speculators.venv}/bin/hf"],
                   sources=[dict(name=s.name, repo=s.repo, revision=s.revision, split=s.split, subset=s.subset or "",
                                 data_files=list(s.data_files), converter=s.converter, gated=s.gated, dir=d)
                            for s, d in zip(sources, dirs)],

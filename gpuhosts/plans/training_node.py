@@ -111,17 +111,21 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
     preflight = plan_preflight(stack)
     key = dataset_key(training.dataset.name)
     # A stack declares either the pre-made `source` (DatasetStage) or a `mix` the node prepares (DatasetPrepare).
-    if training.dataset.mix is not None:
-        data = plan_dataset_prepare(stack, key, envs.speculators, verifier_dir,
-                                    (PREFLIGHT, speculators_step, verifier_step))
-    else:
-        data = plan_dataset_stage(stack, key, (PREFLIGHT,))
-    drafter = plan_drafter_convert(stack, ids, envs.speculators,
-                                   (speculators_step, verifier_step, download_steps["drafter"].key))
     server = plan_hidden_state_server(stack, ids, envs.speculators, envs.vllm,
                                       (env_steps["vllm"].key, speculators_step, verifier_step))
     probe = state_probe(stack, server, envs.vllm, ids)
     check = plan_hidden_state_check(server, probe)
+    if training.dataset.mix is not None:
+        # From speculators 0.8.1 the data step has the verifier's vLLM server render each conversation: the
+        # hidden-state server is that server, so the data waits for its check (the server answers).
+        renders = speculators_driver.row(training.speculators.version).prepare == "cli"
+        data = plan_dataset_prepare(stack, key, envs.speculators, verifier_dir,
+                                    (PREFLIGHT, speculators_step, verifier_step, *((check.key,) if renders else ())),
+                                    render_endpoint=server.url if renders else None)
+    else:
+        data = plan_dataset_stage(stack, key, (PREFLIGHT,))
+    drafter = plan_drafter_convert(stack, ids, envs.speculators,
+                                   (speculators_step, verifier_step, download_steps["drafter"].key))
     job = plan_training_job(stack, ids, num_verifier_layers, envs.speculators, data, drafter, server, probe,
                             (check.key, data.unit.key, drafter.unit.key, speculators_step))
     # The monitor only reads the training's log and checkpoints: it waits for its environment alone.
@@ -140,12 +144,13 @@ def plan_training_node(stack: TrainerStack) -> TrainingPlan:
                        *within(job_at, [drafter.unit, data.unit]), *within(server_at, [server.unit, check]),
                        *within(job_at, [job.unit]), *within(monitor_at, [monitor]), *watching],
                       [Group(job_at, {"checkpoints": stack.checkpoints, "log": job.log, "dataset": data.data_path})])
-    # prepare_data.py is checked against v0.7.0's parser by tests/test_dataset_prepare_unit.py; the captured flag
-    # tables of engine_invocations' check do not cover it.
+    # scripts/prepare_data.py (0.7) is checked against v0.7.0's parser by tests/test_dataset_prepare_unit.py;
+    # `speculators prepare-data` (0.8.1 and later) is a console script, checked with the others.
+    cli_data = data.invocation is not None and data.invocation.program == "speculators prepare-data"
     return TrainingPlan(graph=graph, ids=ids,
                         summary=summarize(stack, ids, num_verifier_layers, envs, data, drafter, server, job),
                         invocations=(drafter.invocation, server.launch, server.served, job.invocation,
-                                     *((job.smoke,) if job.smoke else ())),
+                                     *((job.smoke,) if job.smoke else ()), *((data.invocation,) if cli_data else ())),
                         prepared=data if data.invocation is not None else None)
 
 

@@ -109,7 +109,8 @@ def check_launch(invocation: dict, checkout: Path | None) -> tuple[str | None, d
     return None, flags
 
 
-def check_convert_cli(invocation: dict) -> tuple[str | None, dict]:
+def check_cli(invocation: dict, name: str = "convert") -> tuple[str | None, dict]:
+    """A `speculators NAME` console-script invocation, through the typer app's click command."""
     import typer
 
     try:
@@ -119,9 +120,9 @@ def check_convert_cli(invocation: dict) -> tuple[str | None, dict]:
     # Typer may bring its own copy of click (typer 0.29 has typer._click): use the classes of the command it
     # built, by their attributes, rather than those of an installed click.
     group = typer.main.get_command(app)
-    command = group.commands.get("convert") if hasattr(group, "commands") else None
+    command = group.commands.get(name) if hasattr(group, "commands") else None
     if command is None:
-        return "this speculators has no `speculators convert`", {}
+        return f"this speculators has no `speculators {name}`", {}
     flags = {}
     for param in command.params:
         if getattr(param, "param_type_name", "") != "option":
@@ -135,10 +136,10 @@ def check_convert_cli(invocation: dict) -> tuple[str | None, dict]:
         for option in [*param.opts, *param.secondary_opts]:
             flags[option] = {"takesValue": not param.is_flag, "choices": choices, "required": bool(param.required)}
     try:
-        command.make_context("convert", list(invocation["argv"]))
+        command.make_context(name, list(invocation["argv"]))
     except Exception as error:  # click's UsageError / BadParameter / Exit, whichever copy of click raised it
         message = error.format_message() if hasattr(error, "format_message") else type(error).__name__
-        return f"`speculators convert` refused the argv: {message}", flags
+        return f"`speculators {name}` refused the argv: {message}", flags
     return None, flags
 
 
@@ -173,7 +174,8 @@ CHECKS = {
     "scripts/train.py": check_train,
     "speculators.train": check_train,
     "scripts/launch_vllm.py": check_launch,
-    "speculators convert": lambda invocation, checkout: check_convert_cli(invocation),
+    "speculators convert": lambda invocation, checkout: check_cli(invocation, "convert"),
+    "speculators prepare-data": lambda invocation, checkout: check_cli(invocation, "prepare-data"),
     "speculators.convert.convert_model": lambda invocation, checkout: check_convert_api(invocation),
 }
 
