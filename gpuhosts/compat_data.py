@@ -157,8 +157,29 @@ class EngineFacts:
         return dict(self.flag_renames).get(name, name)
 
 
+class HostRow(_Row):
+    """A Proxmox VE release a host may run: its Debian base and the kernel series it boots by default."""
+
+    release: str
+    debian: str
+    kernel_series: str
+    pve_container: str
+    source: str
+
+
+class DriverKernelRow(_Row):
+    """NVIDIA driver branches whose kernel modules do not build from a kernel series on."""
+
+    branches: tuple[int, ...]
+    from_kernel: str
+    reason: str
+    source: str
+
+
 class RuleFile(_Row):
     models: tuple[ModelRow, ...] = ()
+    hosts: tuple[HostRow, ...] = ()
+    driver_kernels: tuple[DriverKernelRow, ...] = ()
     engines: tuple[EngineRow, ...] = ()
     newest: dict[str, str] = {}
     rules: tuple[Rule, ...]
@@ -187,6 +208,23 @@ def load_rule_file(path: Path = RULES_FILE) -> RuleFile:
         return RuleFile.model_validate(yaml.load(path.read_text(), Loader=DATA_LOADER))
     except ValidationError as error:
         raise ValueError(f"{path}: {error}") from None
+
+
+def host_row(release: str, rules: RuleFile | None = None) -> HostRow | None:
+    return next((row for row in (rules or load_rule_file()).hosts if row.release == release), None)
+
+
+def series_key(series: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in series.split("."))
+
+
+def driver_kernel_problem(driver_version: str, kernel_series: str, rules: RuleFile | None = None) -> str | None:
+    """Why a driver's kernel modules do not build on a kernel series, or None."""
+    branch = int(driver_version.split(".")[0])
+    for row in (rules or load_rule_file()).driver_kernels:
+        if branch in row.branches and series_key(kernel_series) >= series_key(row.from_kernel):
+            return f"{row.reason} [{row.source}]"
+    return None
 
 
 def model_facts(repo: str, rules: RuleFile | None = None) -> ModelFacts:

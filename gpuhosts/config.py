@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from gpuhosts.compat_data import model_facts
+from gpuhosts.compat_data import driver_kernel_problem, host_row, load_rule_file, model_facts
 from gpuhosts.units import OPERATIONS, UNIT_KINDS
 from gpuhosts.fields import (
     DNS_NAME,
@@ -170,6 +170,11 @@ class HostConfig(_Model):
         description="Kernel arguments for PCI passthrough. Default `iommu=pt`; add `intel_iommu=on` on Intel with kernels < 6.8.",
     )
     allow_reboot: bool = Field(False, description="Reboot the host (and wait) when a change needs it. Default false.")
+    proxmox_release: str | None = Field(
+        None, pattern=r"^\d+\.\d+$",
+        description="The Proxmox VE release the host runs, major.minor as `pveversion` prints it (`9.1`): the plan "
+                    "checks the driver against its kernel series, and the driver's ensure refuses a host that runs "
+                    "another. Default: not declared, nothing checked.")
 
     @field_validator("name")
     @classmethod
@@ -521,6 +526,15 @@ def _cross_field_problems(host: HostConfig | None, nvidia: NvidiaConfig | None, 
         if nvidia is not None and placeholder_digest(nvidia.sha256) and not placeholder_address(host.ssh.host):
             add("nvidia.sha256", f"is a placeholder ({nvidia.sha256[:8]}…), and host.ssh.host {host.ssh.host} is a "
                 f"real address: put in the digest of the installer, `sha256sum {nvidia.run_file}`")
+        if host.proxmox_release is not None:
+            release = host_row(host.proxmox_release)
+            if release is None:
+                known = ", ".join(row.release for row in load_rule_file().hosts)
+                add("host.proxmoxRelease", f"Proxmox VE {host.proxmox_release} is not in gpuhosts/compat-rules.yaml "
+                    f"hosts (known: {known}); add a row once its kernel series and pve-container are checked")
+            elif nvidia is not None and (why := driver_kernel_problem(nvidia.version, release.kernel_series)):
+                add("nvidia.version", f"{nvidia.version} does not build on the {release.kernel_series} kernels of "
+                    f"Proxmox VE {release.release} (host.proxmoxRelease): {why}")
 
     seen_slots: dict[str, int] = {}
     for index, gpu in gpus:

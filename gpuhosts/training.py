@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -123,6 +123,17 @@ class HyperParameters(_Model):
                                      "weights. Default kl_div, what speculators 0.7 trains DFlash with.")
     max_anchors: int = Field(3072, ge=1, description="speculators --max-anchors: anchor positions per sequence. "
                                                      "Default 3072, speculators 0.7's.")
+    per_position_loss_weight: Literal["fixed-exp-decay", "dpace"] = Field(
+        "fixed-exp-decay", description="speculators --per-position-loss-weight: how a block's positions weigh in the "
+                                       "loss; `dpace` needs lossFn ce. Default fixed-exp-decay, speculators 0.7's.")
+
+    @model_validator(mode="after")
+    def _dpace_needs_ce(self) -> "HyperParameters":
+        # speculators' own rule (train/config/schema.py TrainConfig._validate_dpace), before any host is touched
+        if self.per_position_loss_weight == "dpace" and self.loss_fn != "ce":
+            raise ValueError(f"perPositionLossWeight dpace needs lossFn ce (have {self.loss_fn}); set lossFn: ce, "
+                             "or perPositionLossWeight: fixed-exp-decay")
+        return self
     num_layers: int = Field(5, ge=1, le=16, description="Drafter decoder layers. Default 5.")
     layer_types: tuple[LayerType, ...] | None = Field(
         None, description="The drafter's per-layer attention (its config.json `layer_types`), checked on the node "

@@ -101,7 +101,7 @@ def _environment_changed(before: dict[str, str], after: dict[str, str]) -> list[
 
 # The trainer defaults the stack renders itself (training.hyper), and one it takes from the converted checkpoint.
 RENDERED_DEFAULTS = {"loss_fn": "hyper.lossFn", "max_anchors": "hyper.maxAnchors", "lr": "hyper.lr",
-                     "block_size": "hyper.blockSize"}
+                     "block_size": "hyper.blockSize", "per_position_loss_weight": "hyper.perPositionLossWeight"}
 FROM_CHECKPOINT = {"num_layers"}
 
 

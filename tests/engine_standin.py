@@ -122,13 +122,13 @@ class Engine:
     """The engine's behaviour: its kind, health, speed, and what each verify step accepts.
 
     The keywords after `version` default to what the deploy gate's tests always had (one served name, metrics and
-    speculative counters on, thinking in the reasoning field, no length limit); `from_flags` sets them from an
-    engine's command line."""
+    speculative counters on, thinking in the reasoning field, no length limit) and to tool calls parsed as the
+    committed stacks ask (qwen3_coder); `from_flags` sets them from an engine's command line."""
 
     def __init__(self, kind="vllm", health=200, token_delay=0.0005, tokens=64, accept_rate=0.4,
                  sglang_length=3.4, sglang_rate=0.8, key=None, speculative_tokens=15, version=None, *,
                  served=(MODEL,), metrics=True, log_stats=True, speculative=True, context_length=None,
-                 tool_parser=None, auto_tools=False, reasoning=True, slowdown=0.0, expect_temperature=0,
+                 tool_parser="qwen3_coder", auto_tools=True, reasoning=True, slowdown=0.0, expect_temperature=0,
                  loop=None, calls_unparsed=False):
         self.kind, self.health, self.token_delay, self.tokens = kind, health, token_delay, tokens
         self.shapes = release_shapes(kind, version)

@@ -126,12 +126,12 @@ def test_the_trainers_arguments_are_typed_and_spelled_by_the_release():
 
     args = speculators.TrainArgs(verifier="/v", data="/d", endpoint="http://127.0.0.1:8000/v1", save="/s", epochs=3,
                                  lr=3e-4, block_size=16, target_layer_ids=(2, 17), total_seq_len=8192,
-                                 loss_fn="kl_div", max_anchors=3072)
+                                 loss_fn="kl_div", max_anchors=3072, per_position_loss_weight="fixed-exp-decay")
     _invocation, groups = speculators.train("0.7.0", "/venv", "/src", 4, args, ("--x",), "/start", {})
     assert groups == [["--verifier-name-or-path", "/v"], ["--data-path", "/d"],
                       ["--vllm-endpoint", "http://127.0.0.1:8000/v1"], ["--save-path", "/s"], ["--epochs", "3"],
                       ["--lr", "0.0003"], ["--speculator-type", "dflash"], ["--block-size", "16"],
                       ["--target-layer-ids", "2", "17"], ["--total-seq-len", "8192"], ["--loss-fn", "kl_div"],
-                      ["--max-anchors", "3072"], ["--x"]]
+                      ["--max-anchors", "3072"], ["--per-position-loss-weight", "fixed-exp-decay"], ["--x"]]
     with pytest.raises(TypeError):
         speculators.TrainArgs(verifier="/v", seq_len=8192)  # a misspelt meaning is an error, not a dropped flag

@@ -41,7 +41,8 @@ TRAIN_FLAGS = {
     "verifier": "--verifier-name-or-path", "data": "--data-path", "endpoint": "--vllm-endpoint",
     "save": "--save-path", "epochs": "--epochs", "lr": "--lr", "speculator_type": "--speculator-type",
     "block_size": "--block-size", "target_layer_ids": "--target-layer-ids", "total_seq_len": "--total-seq-len",
-    "loss_fn": "--loss-fn", "max_anchors": "--max-anchors", "from_pretrained": "--from-pretrained",
+    "loss_fn": "--loss-fn", "max_anchors": "--max-anchors", "per_position_loss_weight": "--per-position-loss-weight",
+    "from_pretrained": "--from-pretrained",
 }
 
 
@@ -63,6 +64,7 @@ class TrainArgs:
     total_seq_len: int
     loss_fn: str
     max_anchors: int
+    per_position_loss_weight: str
 
 
 @dataclass(frozen=True)

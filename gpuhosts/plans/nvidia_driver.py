@@ -39,6 +39,9 @@ def driver_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
         # The daemon keeps it on (--persistence-mode); `nvidia-smi -pm 0` turns it off behind the daemon's back.
         *(Fact(f"persistence mode {gpu.address}", f"persistence_mode {gpu.address}", "Enabled")
           for gpu in config.nvidia_gpus),
+        # The release the stack says the host runs, as pveversion prints it (major.minor of pve-manager).
+        *([Fact("Proxmox VE release", "pve_release", config.host.proxmox_release)]
+          if config.host.proxmox_release else []),
     ]
 
 
@@ -48,7 +51,8 @@ def plan_nvidia_driver(config: StackConfig, needs: tuple[str, ...]) -> Unit:
     values = dict(unit=UNIT, nvidia=config.nvidia, persistenced_unit_name=PERSISTENCED_UNIT, uvm_unit_name=UVM_UNIT,
                   nvidia_gpus=[gpu.address for gpu in config.nvidia_gpus], bootloader=config.host.bootloader.value,
                   container_gpus="yes" if config.gpus_for(GpuUse.CONTAINER) else "no",
-                  devn_min=DEVN_MIN_PVE_CONTAINER, hotplug_min=DEVN_HOTPLUG_MIN_PVE_CONTAINER, **files)
+                  devn_min=DEVN_MIN_PVE_CONTAINER, hotplug_min=DEVN_HOTPLUG_MIN_PVE_CONTAINER,
+                  proxmox_release=config.host.proxmox_release or "", **files)
     facts = driver_facts(config, files)
     return Unit(
         key=UNIT,

@@ -51,7 +51,8 @@ def plan_training_job(stack: TrainerStack, ids: LayerIds, num_verifier_layers: i
     args = speculators_driver.TrainArgs(
         verifier=stack.model_dir(training.verifier), data=data.data_path, endpoint=f"{server.url}/v1", save=save,
         epochs=hyper.epochs, lr=hyper.lr, block_size=hyper.block_size, target_layer_ids=ids.trainer,
-        total_seq_len=hyper.max_seq_len, loss_fn=hyper.loss_fn, max_anchors=hyper.max_anchors)
+        total_seq_len=hyper.max_seq_len, loss_fn=hyper.loss_fn, max_anchors=hyper.max_anchors,
+        per_position_loss_weight=hyper.per_position_loss_weight)
     environment = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                    "CUDA_VISIBLE_DEVICES": ",".join(map(str, training.training_gpus)), "HF_HUB_OFFLINE": "1"}
     trainer, groups = speculators_driver.train(training.speculators.version, speculators.venv, speculators.checkout,

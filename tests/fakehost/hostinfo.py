@@ -14,7 +14,7 @@ from .util import Fail, kernel_release, root, settings
 PVE_FIXTURES = TESTS / "fixtures/pve"
 MOK_FIXTURE = TESTS / "fixtures/mokutil/sb-state.txt"
 # The kernel the pveversion fixtures were written with is replaced by the running one.
-FIXTURE_KERNELS = ("6.8.12-4-pve", "6.2.16-3-pve")
+FIXTURE_KERNELS = ("6.8.12-4-pve", "6.2.16-3-pve", "6.17.13-2-pve")
 EFI_GLOBAL = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
 EFIVARS = "sys/firmware/efi/efivars"
 # EFI_VARIABLE_BOOTSERVICE_ACCESS | EFI_VARIABLE_RUNTIME_ACCESS, little-endian: efivarfs shows a variable as its

@@ -27,6 +27,21 @@ FHS_DIRS = ("etc/default/grub.d", "etc/systemd/system", "lib/modprobe.d", "lib/s
 CT_PACKAGES = ("bash", "ca-certificates", "coreutils", "curl", "debian-archive-keyring", "python3", "systemd")
 # Proxmox VE 8.3.0 as released: pve-manager 8.3.0 with pve-container 5.2.2 (tests/fixtures/pve/README.md).
 PVE_VERSION, PVE_CONTAINER_VERSION = "8.3.0", "5.2.2"
+# The host releases a kpro5 is simulated on, as gpuhosts/compat-rules.yaml `hosts` describes them: pve-manager,
+# pve-container, the running kernel and the Debian release.
+PROFILES = {
+    "pve8.3-bookworm": {"pve_version": "8.3.0", "pve_container_version": "5.2.2", "kernel": "6.8.12-4-pve",
+                        "release": "8.3", "debian": ("12", "bookworm")},
+    "pve9.1-trixie": {"pve_version": "9.1.19", "pve_container_version": "6.1.10", "kernel": "6.17.13-2-pve",
+                      "release": "9.1", "debian": ("13", "trixie")},
+}
+
+
+def profile_seed(name: str) -> dict:
+    """seed_kpro5's keywords for a profile."""
+    profile = PROFILES[name]
+    return {"pve_version": profile["pve_version"], "pve_container_version": profile["pve_container_version"],
+            "kernel": profile["kernel"], "debian": profile["debian"]}
 GRUB_DEFAULT = """\
 # If you change this file, run 'update-grub' afterwards to update
 # /boot/grub/grub.cfg.
@@ -83,7 +98,7 @@ INITRAMFS_MODULES = """\
 def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pve", vms=VMS,
                bootloader="systemd-boot", nvidia_minors=None, ct_vmid=129, ct_running=True,
                vfio_ids="10de:2204,10de:1aef,10de:2230", pve_version=PVE_VERSION,
-               pve_container_version=PVE_CONTAINER_VERSION, secure_boot=False) -> Path:
+               pve_container_version=PVE_CONTAINER_VERSION, secure_boot=False, debian=("12", "bookworm")) -> Path:
     """Builds kpro5's start state under ``tree`` and returns ``tree``.
 
     vms: (vmid, name, hostpci, running) — running VMs have ``onboot: 1`` and are started by the boot; an empty
@@ -93,6 +108,7 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
     pve_version, pve_container_version: the pve-manager and pve-container releases installed (``pveversion``,
     ``dpkg-query``); the default is Proxmox VE 8.3.0 as released (tests/fixtures/pve/README.md).
     secure_boot: the firmware's Secure Boot state, written as the EFI variables efivarfs shows.
+    debian: the Debian release under Proxmox VE, (version, codename), written to /etc/os-release.
     """
     t = Path(tree)
     kv = kernel
@@ -119,6 +135,9 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
         (t / d).mkdir(parents=True, exist_ok=True)
 
     # configuration
+    number, codename = debian
+    write(t / "etc/os-release", f'PRETTY_NAME="Debian GNU/Linux {number} ({codename})"\nNAME="Debian GNU/Linux"\n'
+          f'VERSION_ID="{number}"\nVERSION="{number} ({codename})"\nVERSION_CODENAME={codename}\nID=debian\n')
     if vfio_ids:
         write(t / "etc/modprobe.d/vfio.conf", f"options vfio-pci ids={vfio_ids}\n")
     write(t / "etc/modprobe.d/pve-blacklist.conf", "# This file contains a list of modules which are not supported"

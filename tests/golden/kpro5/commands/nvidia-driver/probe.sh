@@ -11,6 +11,14 @@ persistence_mode() {
   fi
 }
 
+# pve_release — major.minor of pve-manager as pveversion prints it ("pve-manager/9.1.19/<commit> (running kernel:
+# …)"), or "unknown" where pveversion does not answer.
+pve_release() {
+  local version
+  version="$(pveversion 2>/dev/null | awk -F/ '$1 == "pve-manager" {print $2; exit}' || true)"
+  if [ -n "$version" ]; then printf '%s\n' "${version%.*}"; else echo unknown; fi
+}
+
 # [templates/common/systemd-show.sh.j2 sha256:0995c6255c65608e properties=ExecStart,Environment,User,UnitFileState,ActiveState,DropInPaths]
 systemd_shown[gpuhosts-nvidia-persistenced.service]="$(systemd_show gpuhosts-nvidia-persistenced.service)"
 fact 'file /etc/modprobe.d/gpuhosts-nouveau.conf' "$( { file_state /etc/modprobe.d/gpuhosts-nouveau.conf; } 2>/dev/null || true)"

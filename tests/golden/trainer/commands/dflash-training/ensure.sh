@@ -11,7 +11,7 @@ mkdir -p "$root"/data/checkpoints/Qwen3.6-27B-DFlash
 systemd_repair "$unit_name"
 [ "$systemd_repaired" = 0 ] || restart=1
 install_file /opt/gpuhosts/training/train_dflash_qwen36.sh 0755 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:3907f2133ce97d99]
+# [content: opt/gpuhosts/training/train_dflash_qwen36.sh sha256:10f4358dad2abf61]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /etc/systemd/system/gpuhosts-dflash-training.service 0644 <<'GPUHOSTS_EOF'

@@ -49,10 +49,10 @@ export HF_HUB_OFFLINE=1
 # whole path shows working in minutes. Its checkpoints go beside the full run's, which never resumes from them; it
 # runs once per smoke value (its marker names which).
 smoke_save=/data/checkpoints/Qwen3.6-27B-DFlash-smoke
-smoke_key=6f934d6e5294087a
+smoke_key=ed15f60c7db07c7b
 smoke_samples=100
 smoke_epochs=1
-smoke_argv=("$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py  --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B   --data-path /data/data/qwen36-mix-913k/tokenized-smoke   --vllm-endpoint http://127.0.0.1:8000/v1   --save-path /data/checkpoints/Qwen3.6-27B-DFlash-smoke   --epochs 1   --lr 0.0003   --speculator-type dflash   --block-size 16   --target-layer-ids 2 17 32 47 62   --total-seq-len 8192   --loss-fn kl_div   --max-anchors 3072   --from-pretrained)
+smoke_argv=("$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per_node 4 "$root"/opt/gpuhosts/speculators/src/scripts/train.py  --verifier-name-or-path /data/models/Qwen/Qwen3.6-27B   --data-path /data/data/qwen36-mix-913k/tokenized-smoke   --vllm-endpoint http://127.0.0.1:8000/v1   --save-path /data/checkpoints/Qwen3.6-27B-DFlash-smoke   --epochs 1   --lr 0.0003   --speculator-type dflash   --block-size 16   --target-layer-ids 2 17 32 47 62   --total-seq-len 8192   --loss-fn kl_div   --max-anchors 3072   --per-position-loss-weight fixed-exp-decay   --from-pretrained)
 if [ "$(cat "$root$smoke_save/.gpuhosts-smoke" 2>/dev/null)" != "$smoke_key" ]; then
   echo "smoke run: $smoke_samples samples, $smoke_epochs epoch(s), checkpoints in $smoke_save"
   mkdir -p "$root$smoke_save"
@@ -85,4 +85,5 @@ exec "$root"/opt/gpuhosts/speculators/venv/bin/torchrun --standalone --nproc_per
   --total-seq-len 8192 \
   --loss-fn kl_div \
   --max-anchors 3072 \
+  --per-position-loss-weight fixed-exp-decay \
   --from-pretrained "$start"
