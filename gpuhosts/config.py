@@ -467,6 +467,9 @@ PATTERN_WORDS = {
     r"^[a-z0-9_]{1,40}$": "1 to 40 lower-case letters, digits or '_'",
     r"^[A-Za-z0-9_.-]{1,64}$": "1 to 64 letters, digits, '_', '.' or '-'",
     r"^[a-z0-9][a-z0-9._-]{0,39}$": "1 to 40 lower-case letters, digits, '.', '_' or '-', beginning with a letter or digit",
+    r"^[a-z_]+$|^\{.*\}$": 'a loss name (lower-case letters and \'_\', e.g. kl_div) or a JSON map of weights, e.g. '
+                           '\'{"ce": 0.1, "tv": 0.9}\'',
+    r"^\d+\.\d+$": 'a release as major.minor, quoted, e.g. "9.1"',
 }
 # Pydantic's refusals of a value's type, in the words of a stack file (YAML).
 TYPE_WORDS = {

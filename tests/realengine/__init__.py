@@ -313,8 +313,10 @@ def floor_noop_up(project: Project) -> float:
     (root / "Pulumi.yaml").write_text(yaml.safe_dump({
         "name": "floor", "runtime": {"name": "python", "options": {
             "toolchain": "uv", "virtualenv": str(project.root / ".venv")}}, "options": {"refresh": "always"}}))
-    project.pulumi("stack", "init", "floor", cwd=root)
-    project.pulumi("up", "--yes", "--skip-preview", stack="floor", cwd=root)
+    if not (root / ".floor-up").exists():  # once per project: a second case measures the same stack again
+        project.pulumi("stack", "init", "floor", cwd=root)
+        project.pulumi("up", "--yes", "--skip-preview", stack="floor", cwd=root)
+        (root / ".floor-up").write_text("")
     return project.pulumi("up", "--yes", "--skip-preview", "--json", stack="floor", cwd=root).seconds
 
 

@@ -35,6 +35,12 @@ def main() -> int:
                                                                  if item[0].split("-")[0] in ORDER else 99, item[0])):
         kind = values.pop("line", "pulumi-real")
         print(line(kind, values if kind != "pulumi-real" else {"stack": name, **values}))
+    hosts = {name.removeprefix("kpro5-"): values for name, values in read_figures().items()
+             if name.startswith("kpro5-pve")}
+    if hosts:
+        restored = sum(values.get("host_restored") == "yes" for values in hosts.values())
+        print(line("hosts", {"profiles": ",".join(sorted(hosts)), "kpro5_converged": f"{len(hosts)}/{len(hosts)}",
+                             "destroy_restored": f"{restored}/{len(hosts)}"}))
     missed = misses(read_figures())
     for miss in missed:
         print(f"missed: {miss}")

@@ -1,6 +1,7 @@
 """kpro5 through the real Pulumi CLI: `pulumi stack init` from the committed stack file, aimed at a simulated Proxmox
 host over SSH on loopback, its secrets set with `pulumi config set --secret`; `preview --diff` on the fresh host,
-`up`, `up` again with nothing to do, `refresh`, the state as `stack export` shows it, and `destroy` back to the start.
+`up`, `up` again with nothing to do, `refresh`, the state as `stack export` shows it, and `destroy` back to the start;
+on each Proxmox VE release kpro5 may run (Proxmox VE 9.1 on Debian 13, 8.3 on Debian 12), the stack naming it.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ import pytest
 from realengine import Stack, floor_noop_up, run_workflow_preview
 from realengine.hosts import differences, entries
 from sshhost import free_port
+from fakehost.tree import PROFILES, profile_seed
 from sshhost.bed import A6000, RTX3090_FUNCTIONS, SECRETS, Bed
 
 pytestmark = pytest.mark.pulumi
 
 
-def test_kpro5_preview_up_again_refresh_and_destroy(project, sglang, tmp_path, figures):
-    bed = Bed.seed(tmp_path / "host")
+@pytest.mark.parametrize("profile", sorted(PROFILES, reverse=True))
+def test_kpro5_preview_up_again_refresh_and_destroy(project, sglang, tmp_path, figures, profile):
+    bed = Bed.seed(tmp_path / "host", **profile_seed(profile))
     try:
         start = entries(bed.tree)
         values = bed.services_values(sglang.port, free_port())
-        stack = Stack(project, "kpro5", "kpro5", values, bed.secrets())
+        values["host"]["proxmoxRelease"] = PROFILES[profile]["release"]
+        stack = Stack(project, f"kpro5-{profile}", "kpro5", values, bed.secrets())
         stack_file = stack.file.read_text()
         assert stack_file.count("secure: v1:") == 3 and "encryptionsalt: v1:" in stack_file
         assert not [name for name, value in bed.secrets().items() if value.strip() in stack_file]
@@ -88,7 +92,7 @@ def test_kpro5_preview_up_again_refresh_and_destroy(project, sglang, tmp_path, f
         assert stack.resources().keys() <= {"pulumi:pulumi:Stack"}
         assert differences(start, entries(bed.tree)) == []
         assert (bed.tree / "var/lib/lxc/129/rootfs/srv/models/Qwen3.6-27B/config.json").is_file()
-        figures.add("kpro5", preview_s=preview.run.seconds, up_s=up.seconds, noop_up_s=again.seconds,
+        figures.add(f"kpro5-{profile}", preview_s=preview.run.seconds, up_s=up.seconds, noop_up_s=again.seconds,
                     floor_noop_up_s=floor, refresh_s=refresh.seconds, destroy_s=gone.seconds, host_restored="yes",
                     state_kb=round(len(json.dumps(state)) / 1024))
     finally:
