@@ -24,6 +24,8 @@ from gpuhosts.config import DCGM_EXPORTER_VERSION, ConfigError, StackKind, stack
 from gpuhosts.engines import driver_for
 from gpuhosts.locks import LOCKS_DIR
 from gpuhosts.plans.inference_service import engine_args, engine_environment
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.stacks import require_locks, validate_stack, validate_trainer_stack
 
 LOCK_NAME = re.compile(r"^(?P<package>[a-z0-9-]+?)(?:-all)?-(?P<version>\d[\w.]*)-py\d+\.\d+\.txt$")
@@ -73,9 +75,15 @@ def newer(package: str, pinned: str) -> list[str]:
 
 
 def _load(values: dict[str, Any], secure: set[str], other_keys) -> Any:
+    """The stack validated and planned, as `gpuhosts plan` does: some refusals come only from the plan (a release
+    the metric catalog does not know, say)."""
     if stack_kind(values) is StackKind.TRAINER:
-        return require_locks(validate_trainer_stack(values, secure, other_keys))
-    return require_locks(validate_stack(values, secure, other_keys))
+        trainer = require_locks(validate_trainer_stack(values, secure, other_keys))
+        plan_training_node(trainer)
+        return trainer
+    config = require_locks(validate_stack(values, secure, other_keys))
+    plan_host(config)
+    return config
 
 
 def _validate(values: dict[str, Any], secure: set[str], other_keys) -> tuple[Any, list[str]]:
@@ -83,6 +91,8 @@ def _validate(values: dict[str, Any], secure: set[str], other_keys) -> tuple[Any
         return _load(values, secure, other_keys), []
     except ConfigError as error:
         return None, [str(problem) for problem in error.problems] or [str(error)]
+    except ValueError as error:
+        return None, [str(error)]
 
 
 def _words_changed(before: list[str], after: list[str]) -> list[str]:
