@@ -280,7 +280,13 @@ def _disk_rules(watch: Watch, host: dict[str, str], cat: Catalog) -> list[dict[s
 
 def _trainer_rules(watch: Watch, host: dict[str, str], cat: Catalog) -> list[dict[str, Any]]:
     server = next(t for t in watch.targets if t.job == "hidden-state-server")
-    vllm = cat.release(server.exporter, server.release).metrics
+    try:
+        vllm = cat.release(server.exporter, server.release).metrics
+    except KeyError as missing:
+        # as for a service's engine: a rule on names nobody read from the release would never fire
+        raise ConfigError([Problem(path=f"{NAMESPACE}:monitoring", message=(
+            f"the hidden-state server runs {server.exporter} {server.release} (training.vllm), whose metrics are "
+            f"not known: {missing.args[0]}, or leave gpuhosts:monitoring out of the stack"))]) from None
     monitor = cat.release("monitor", MONITOR_RELEASE).metrics
     errors = (f"sum(rate({vllm['http_requests'].name}{_sel(job=_job('hidden-state-server'), **host, status='5xx')}"
               f"[{RATE_WINDOW}])) > 0 or sum(rate({vllm['request_success'].name}"

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from gpuhosts import cli, metrics, observability
 import yaml
 
 from gpuhosts.plan import SECRET_PLACEHOLDER, is_host_unit
@@ -226,19 +228,23 @@ def test_every_committed_stack_plans_offline_and_names_its_unset_secrets(stack, 
     assert sorted(graph["teardownOrder"]) == sorted(unit for wave in graph["waves"] for unit in wave)
 
 
-def test_a_service_whose_release_the_metric_catalog_lacks_is_refused_with_exit_2(tmp_path):
+def test_a_service_whose_release_the_metric_catalog_lacks_is_refused_with_exit_2(tmp_path, monkeypatch, capsys):
     """Alert rules on names nobody read from that release would never fire: the plan refuses, naming the service,
-    the release and the file to add it to, before anything is written."""
+    the release and the file to add it to, before anything is written. The catalog as it was before sglang 0.5.23
+    was read into it."""
+    known = metrics.catalog()
+    before = known.model_copy(update={"exporters": {**known.exporters, "sglang": {
+        release: entry for release, entry in known.exporters["sglang"].items() if release != "0.5.23"}}})
+    monkeypatch.setattr(observability, "catalog", lambda: before)
     text = (PROJECT / "stacks/Pulumi.kpro5.yaml").read_text()
     assert 'version: "0.5.11"' in text
     stack_file = tmp_path / "Pulumi.kpro5.yaml"
     stack_file.write_text(text.replace('version: "0.5.11"', 'version: "0.5.23"'))
     out = tmp_path / "plan"
-    result = subprocess.run([sys.executable, "-m", "gpuhosts.cli", "plan", "kpro5", "--stack-file", str(stack_file),
-                             "--out", str(out)], capture_output=True, text=True, cwd=PROJECT)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "gpuhosts:monitoring: service qwen-sglang runs sglang 0.5.23" in result.stderr + result.stdout
-    assert "metrics-catalog.yaml" in result.stderr + result.stdout and not out.exists()
+    assert cli.main(["plan", "kpro5", "--stack-file", str(stack_file), "--out", str(out)]) == 2
+    printed = capsys.readouterr()
+    assert "gpuhosts:monitoring: service qwen-sglang runs sglang 0.5.23" in printed.err + printed.out
+    assert "metrics-catalog.yaml" in printed.err + printed.out and not out.exists()
 
 
 def test_version_names_the_installed_release():

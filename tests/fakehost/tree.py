@@ -95,10 +95,10 @@ INITRAMFS_MODULES = """\
 """
 
 
-def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pve", vms=VMS,
+def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.17.13-2-pve", vms=VMS,
                bootloader="systemd-boot", nvidia_minors=None, ct_vmid=129, ct_running=True,
-               vfio_ids="10de:2204,10de:1aef,10de:2230", pve_version=PVE_VERSION,
-               pve_container_version=PVE_CONTAINER_VERSION, secure_boot=False, debian=("12", "bookworm")) -> Path:
+               vfio_ids="10de:2204,10de:1aef,10de:2230", pve_version="9.1.19",
+               pve_container_version="6.1.10", secure_boot=False, debian=("13", "trixie")) -> Path:
     """Builds kpro5's start state under ``tree`` and returns ``tree``.
 
     vms: (vmid, name, hostpci, running) — running VMs have ``onboot: 1`` and are started by the boot; an empty
@@ -106,7 +106,8 @@ def seed_kpro5(tree: Path, *, uvm_major=509, caps_major=507, kernel="6.8.12-4-pv
     nvidia_minors: {pci addr: minor} the nvidia driver gives those GPUs (default: lowest free minor).
     vfio_ids: the seed's ``options vfio-pci ids=`` ("" leaves every GPU free at boot).
     pve_version, pve_container_version: the pve-manager and pve-container releases installed (``pveversion``,
-    ``dpkg-query``); the default is Proxmox VE 8.3.0 as released (tests/fixtures/pve/README.md).
+    ``dpkg-query``); the default is Proxmox VE 9.1 (pve-manager 9.1.19, pve-container 6.1.10, kernel 6.17.13-2-pve,
+    Debian 13), the committed kpro5's release; PROFILES holds 8.3 too (tests/fixtures/pve/README.md).
     secure_boot: the firmware's Secure Boot state, written as the EFI variables efivarfs shows.
     debian: the Debian release under Proxmox VE, (version, codename), written to /etc/os-release.
     """

@@ -27,7 +27,7 @@ kernel="$(uname -r)"
 pve_version="$(pveversion 2>/dev/null | awk -F/ '$1 == "pve-manager" {print $2; exit}' || true)"
 pct_version="$(dpkg-query -W -f='${Version}' pve-container 2>/dev/null || true)"
 say "pre-flight: Proxmox VE ${pve_version:-unknown} (pveversion), pve-container ${pct_version:-not installed}, kernel $kernel"
-declared_release=''
+declared_release=9.1
 if [ -n "$declared_release" ] && [ "${pve_version%.*}" != "$declared_release" ]; then
   refuse "the host runs Proxmox VE ${pve_version:-unknown} (pveversion), the stack says $declared_release" \
     "(host.proxmoxRelease): the plan checked the driver against $declared_release's kernels; set the release the" \

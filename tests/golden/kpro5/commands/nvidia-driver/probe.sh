@@ -33,4 +33,5 @@ fact 'User of gpuhosts-nvidia-persistenced.service' "$( { systemd_property_of Us
 fact 'DropInPaths of gpuhosts-nvidia-persistenced.service' "$( { systemd_dropins gpuhosts-nvidia-persistenced.service; } 2>/dev/null || true)"
 fact 'persistence mode 0000:41:00.0' "$( { persistence_mode 0000:41:00.0; } 2>/dev/null || true)"
 fact 'persistence mode 0000:61:00.0' "$( { persistence_mode 0000:61:00.0; } 2>/dev/null || true)"
+fact 'Proxmox VE release' "$( { pve_release; } 2>/dev/null || true)"
 emit_facts
