@@ -10,11 +10,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fakehost import host_env, kernel  # noqa: E402
 from fakehost.installer import make_fake_run  # noqa: E402
 from fakehost.pytools import packages as installed_packages  # noqa: E402
-from fakehost.tree import seed_kpro5, tree_digest, tree_listing  # noqa: E402
+from fakehost.tree import profile_seed, tree_digest, tree_listing  # noqa: E402
+from fakehost.tree import seed_kpro5 as seed_any  # noqa: E402
 from conftest import FIXTURES  # noqa: E402
 
 VER, VER2 = "580.95.05", "580.95.07"
 A6000 = ("0000:41:00.0", "0000:41:00.1", "0000:61:00.0", "0000:61:00.1")
+
+
+def seed_kpro5(tree, **settings):
+    """kpro5 on Proxmox VE 8.3 (kernel 6.8.12-4-pve, pve-container 5.2.2): what this module's expectations and the
+    fixtures under tests/fixtures/pve were written for; Proxmox VE 9.1 runs in tests/test_host_profiles.py."""
+    return seed_any(tree, **{**profile_seed("pve8.3-bookworm"), **settings})
 
 
 def sh(tree, script, check=True, **env):

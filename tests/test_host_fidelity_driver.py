@@ -15,7 +15,7 @@ import pytest
 from fakehost import host_env, kernel
 from fakehost.dkms import install_kernel
 from fakehost.installer import make_fake_run
-from fakehost.tree import seed_kpro5
+from fakehost.tree import profile_seed, seed_kpro5
 from fakehost.util import configure
 from gpuhosts.protocol import parse_result
 from test_host_scripts import VERSION, Host, older_driver, refused
@@ -25,9 +25,11 @@ NEWER_KERNEL = "6.8.12-9-pve"
 
 
 def make_host(tmp_path: Path, **seed) -> Host:
-    tree = seed_kpro5(tmp_path / "kpro5", **seed)
+    """A Proxmox VE 8.3 host unless the case says otherwise (the lines below are that release's), its release not
+    declared by the stack: the cases vary the host's release and read what the pre-flight prints of it."""
+    tree = seed_kpro5(tmp_path / "kpro5", **{**profile_seed("pve8.3-bookworm"), **seed})
     run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
-    return Host(tree, run_file, make_fake_run(run_file, VERSION))
+    return Host(tree, run_file, make_fake_run(run_file, VERSION), None)
 
 
 def no_container_gpus(values: dict) -> dict:

@@ -12,11 +12,11 @@ import pytest
 
 from fakehost import host_env, kernel
 from fakehost.system import parse_initrd
+from fakehost.util import kernel_release
 from gpuhosts.protocol import parse_result
 from test_host_scripts import A6000, RTX3090_FUNCTIONS, Host
 from test_host_scripts import host  # noqa: F401  (fixture: the seed, as the host tests have it)
 
-KERNEL = "6.8.12-4-pve"
 OVERRIDE = "usr/local/lib/gpuhosts/vfio-override.sh"
 
 
@@ -26,7 +26,8 @@ def reboot(h: Host) -> None:
 
 
 def image(h: Host) -> dict:
-    return parse_initrd((h.tree / f"boot/initrd.img-{KERNEL}").read_bytes())
+    """The running kernel's image (the seed's kernel: tests/fakehost/tree.py)."""
+    return parse_initrd((h.tree / f"boot/initrd.img-{kernel_release(h.tree)}").read_bytes())
 
 
 def test_with_vfio_in_the_initramfs_the_3090s_stay_on_vfio_pci_after_a_reboot(host):

@@ -13,7 +13,8 @@ import pytest
 from conftest import KPRO5_SECRETS, kpro5_values
 from fakehost import host_env
 from fakehost.installer import make_fake_run
-from fakehost.tree import VMS, seed_kpro5, tree_digest
+from fakehost.tree import VMS, profile_seed, tree_digest
+from fakehost.tree import seed_kpro5 as seed_any
 from fakehost.util import configure
 from gpuhosts.plans.nvidia_driver import plan_nvidia_driver
 from gpuhosts.plans.vfio_binding import plan_vfio_binding
@@ -25,11 +26,17 @@ VERSION = "580.126.09"
 A6000 = "0000:41:00"
 
 
+def seed_kpro5(tree, **settings):
+    """kpro5 on Proxmox VE 8.3 (kernel 6.8.12-4-pve, pve-container 5.2.2): what this module's expectations and the
+    fixtures under tests/fixtures/pve were written for; Proxmox VE 9.1 runs in tests/test_host_profiles.py."""
+    return seed_any(tree, **{**profile_seed("pve8.3-bookworm"), **settings})
+
+
 def values(bootloader: str = "systemd-boot") -> dict:
     v = kpro5_values()
     v.pop("services")
     v.pop("benchmarks", None)  # a benchmark compares services: none without them
-    v["host"].update(bootloader=bootloader, kernelArgs=["iommu=pt"])
+    v["host"].update(bootloader=bootloader, kernelArgs=["iommu=pt"], proxmoxRelease="8.3")
     return v
 
 

@@ -16,21 +16,10 @@ from gpuhosts.stacks import validate_stack
 from test_host_scripts import A6000, RTX3090_FUNCTIONS, VERSION, Host
 
 
-class ProfileHost(Host):
-    release: str = ""
-
-    def values(self) -> dict:
-        values = super().values()
-        values["host"]["proxmoxRelease"] = self.release
-        return values
-
-
-def profile_host(tmp_path, name: str) -> ProfileHost:
+def profile_host(tmp_path, name: str) -> Host:
     tree = seed_kpro5(tmp_path / "kpro5", **profile_seed(name))
     run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
-    host = ProfileHost(tree, run_file, make_fake_run(run_file, VERSION))
-    host.release = PROFILES[name]["release"]
-    return host
+    return Host(tree, run_file, make_fake_run(run_file, VERSION), PROFILES[name]["release"])
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -58,7 +47,7 @@ def test_kpro5_converges_on_each_release_and_destroy_restores_it(tmp_path, profi
 
 def test_a_host_that_runs_another_release_than_the_stack_says_is_refused_before_the_driver(tmp_path):
     host = profile_host(tmp_path, "pve8.3-bookworm")
-    host.release = "9.1"
+    host.proxmox_release = "9.1"
     (driver,) = [u for u in host.units() if u.key == "nvidia-driver"]
     before = host.digest()
     result = host.run(driver.ensure)

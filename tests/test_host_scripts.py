@@ -38,9 +38,15 @@ class Host(HostView):
     tree: Path
     run_file: Path
     sha256: str
+    # The Proxmox VE release the stack declares: the committed one ("stack"), another, or None (not declared).
+    proxmox_release: str | None = "stack"
 
     def values(self) -> dict:
         values = kpro5_values()
+        if self.proxmox_release is None:
+            values["host"].pop("proxmoxRelease", None)
+        elif self.proxmox_release != "stack":
+            values["host"]["proxmoxRelease"] = self.proxmox_release
         values["nvidia"].update(url=f"file://{self.run_file}", sha256=self.sha256)
         # The host's own units; the services of its container are exercised in test_service_scripts.py.
         values.pop("services")
