@@ -21,7 +21,7 @@ class FlatUnit(pulumi.dynamic.Resource):
     """`pulumi-python:dynamic:Resource`: a subclass without module or name takes the SDK's default type."""
 
 
-def flat(graph, root, module, target, secrets, prefix="", adopt_one_host=False):
+def flat(graph, root, module, target, secrets, prefix="", adopt_one_host=False, timeouts=None):
     resources = {}
     for unit in graph.apply_order:
         digest = None
@@ -29,7 +29,7 @@ def flat(graph, root, module, target, secrets, prefix="", adopt_one_host=False):
             digest = pulumi.Output.secret(secrets[unit.stdin_secret]).apply(
                 lambda value, key=unit.key: secret_digest(key, value))
         resources[unit.key] = FlatUnit(
-            host_units.PROVIDER, prefix + unit.key, unit_inputs(unit, target, digest),
+            host_units.PROVIDER, prefix + unit.key, unit_inputs(unit, target, digest, timeouts),
             pulumi.ResourceOptions(parent=root, depends_on=[resources[need] for need in unit.needs]))
     return resources, {}
 

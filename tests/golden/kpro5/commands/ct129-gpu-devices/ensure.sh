@@ -276,6 +276,18 @@ for key in "${dropped[@]}"; do
   note_change "removed $key ($path) from container $vmid"
 done
 for node in "${to_add[@]}"; do
+  # Removed by hand from the running container, the entry is only pending removal (pve-container does not
+  # hot-unplug): taking the removal back restores it as it was. A new devN for the same node would wait for a
+  # restart before pve-container 6.0.4, and from 6.0.4 on fails to plug in: the node is still there (mknod: File
+  # exists; pve-container 5eb5574e src/PVE/LXC/Config.pm vmconfig_hotplug_pending).
+  pending_key="$(awk -F '\t' -v n="$node" '$2 == n {print $1; exit}' <<<"$(dev_entries_current)")"
+  if [ -n "$pending_key" ]; then
+    ct_set --revert "$pending_key"
+    grep -qxF "$pending_key $node" "$owned" || printf '%s %s\n' "$pending_key" "$node" >>"$owned"
+    devices_changed=1
+    note_change "took back the pending removal of $pending_key ($node) from container $vmid"
+    continue
+  fi
   entries="$(dev_entries)"
   # a free key in both views: a key whose removal is pending is still taken until the next start
   taken="$entries"$'\n'"$(dev_entries_current)"
