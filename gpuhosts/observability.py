@@ -204,14 +204,19 @@ def alert_rules(watch: Watch, cat: Catalog | None = None) -> dict[str, Any]:
     return {"groups": [{"name": f"gpuhosts-{watch.stack}", "rules": rules}]}
 
 
-def _engine_rules(engine: EngineWatch, host: dict[str, str], cat: Catalog) -> list[dict[str, Any]]:
+def _known_metrics(cat: Catalog, exporter: str, release: str, who: str) -> dict:
+    """A release's metrics by role; a release nobody read is refused, not guessed: a rule on a metric name it does
+    not have would never fire."""
     try:
-        release = cat.release(engine.exporter, engine.release).metrics
+        return cat.release(exporter, release).metrics
     except KeyError as missing:
-        # A rule on a metric name nobody read from the release would never fire: refused, not guessed.
         raise ConfigError([Problem(path=f"{NAMESPACE}:monitoring", message=(
-            f"service {engine.service} runs {engine.exporter} {engine.release}, whose metrics are not known: "
-            f"{missing.args[0]}, or leave gpuhosts:monitoring out of the stack"))]) from None
+            f"{who} runs {exporter} {release}, whose metrics are not known: {missing.args[0]}, or leave "
+            "gpuhosts:monitoring out of the stack"))]) from None
+
+
+def _engine_rules(engine: EngineWatch, host: dict[str, str], cat: Catalog) -> list[dict[str, Any]]:
+    release = _known_metrics(cat, engine.exporter, engine.release, f"service {engine.service}")
     sel = _sel(job=_job("engines"), **host, service=engine.service)
     itl = release["inter_token_latency"].name
     # Per-stream decode speed, the gate's measure: over a window the tokens observed (count) over the time they
@@ -280,13 +285,7 @@ def _disk_rules(watch: Watch, host: dict[str, str], cat: Catalog) -> list[dict[s
 
 def _trainer_rules(watch: Watch, host: dict[str, str], cat: Catalog) -> list[dict[str, Any]]:
     server = next(t for t in watch.targets if t.job == "hidden-state-server")
-    try:
-        vllm = cat.release(server.exporter, server.release).metrics
-    except KeyError as missing:
-        # as for a service's engine: a rule on names nobody read from the release would never fire
-        raise ConfigError([Problem(path=f"{NAMESPACE}:monitoring", message=(
-            f"the hidden-state server runs {server.exporter} {server.release} (training.vllm), whose metrics are "
-            f"not known: {missing.args[0]}, or leave gpuhosts:monitoring out of the stack"))]) from None
+    vllm = _known_metrics(cat, server.exporter, server.release, "the hidden-state server (training.vllm)")
     monitor = cat.release("monitor", MONITOR_RELEASE).metrics
     errors = (f"sum(rate({vllm['http_requests'].name}{_sel(job=_job('hidden-state-server'), **host, status='5xx')}"
               f"[{RATE_WINDOW}])) > 0 or sum(rate({vllm['request_success'].name}"

@@ -16,6 +16,13 @@ def report(values, secrets):
         unchanged
 
 
+def judged_as(bump, accepted: bool, words: list[str]) -> None:
+    """The plan's verdict on a bump, and the words of what it changes (accepted) or why not (refused)."""
+    assert bump.accepted is accepted
+    text = "\n".join(bump.changes if accepted else bump.refusals)
+    assert all(w in text for w in words), text
+
+
 @pytest.mark.parametrize("where, release, accepted, words", [
     ("services[0]", "0.5.23", True, ["flag --mamba-scheduler-strategy → --mamba-radix-cache-strategy"]),
     ("services[1]", "0.33.0", True, []),
@@ -23,10 +30,7 @@ def report(values, secrets):
 ])
 def test_kpro5s_engines(where, release, accepted, words):
     bumps, unchanged = report(kpro5_values(), KPRO5_SECRETS)
-    bump = bumps[(where, release)]
-    assert bump.accepted is accepted
-    text = "\n".join(bump.changes if accepted else bump.refusals)
-    assert all(w in text for w in words), text
+    judged_as(bumps[(where, release)], accepted, words)
     assert any(line.startswith("nvidia.version: driver 580.126.09") for line in unchanged)
 
 
@@ -40,10 +44,7 @@ def test_kpro5s_engines(where, release, accepted, words):
 ])
 def test_the_trainers_releases(where, release, accepted, words):
     bumps, _ = report(trainer_values(), TRAINER_SECRETS)
-    bump = bumps[(where, release)]
-    assert bump.accepted is accepted
-    text = "\n".join(bump.changes if accepted else bump.refusals)
-    assert all(w in text for w in words), text
+    judged_as(bumps[(where, release)], accepted, words)
 
 
 def test_known_releases_come_from_the_locks_the_newest_row_the_commits_and_the_rules():

@@ -160,9 +160,8 @@ def _request(settings: GateSettings, path: str, body: dict | None = None, timeou
     return urllib.request.urlopen(request, timeout=timeout or settings.request_timeout_s)
 
 
-def keyless_status(settings: GateSettings) -> int | str:
-    """What the engine answers to a request for /v1/models without the API key: an HTTP status, or why none came."""
-    request = urllib.request.Request(settings.base_url.rstrip("/") + "/v1/models")
+def _status(request: urllib.request.Request) -> int | str:
+    """The HTTP status a request is answered with, or why none came."""
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status
@@ -170,19 +169,17 @@ def keyless_status(settings: GateSettings) -> int | str:
         return error.code
     except (urllib.error.URLError, OSError) as error:
         return f"nothing ({getattr(error, 'reason', error)})"
+
+
+def keyless_status(settings: GateSettings) -> int | str:
+    """What the engine answers to a request for /v1/models without the API key."""
+    return _status(urllib.request.Request(settings.base_url.rstrip("/") + "/v1/models"))
 
 
 def admin_status_with_api_key(settings: GateSettings) -> int | str:
     """What the admin endpoint answers to the API key: refused (401), unless the admin key is missing."""
-    request = urllib.request.Request(settings.base_url.rstrip("/") + settings.admin_endpoint, data=b"{}", headers={
-        "Authorization": f"Bearer {settings.api_key}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except (urllib.error.URLError, OSError) as error:
-        return f"nothing ({getattr(error, 'reason', error)})"
+    return _status(urllib.request.Request(settings.base_url.rstrip("/") + settings.admin_endpoint, data=b"{}", headers={
+        "Authorization": f"Bearer {settings.api_key}", "Content-Type": "application/json"}))
 
 
 def wait_healthy(settings: GateSettings, clock=time.monotonic, sleep=time.sleep) -> str | None:

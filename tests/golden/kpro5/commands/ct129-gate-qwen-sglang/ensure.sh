@@ -10,7 +10,7 @@ if [ "$status" != running ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step 0ce7398f0e9154c5); fails the deploy below
+# Inside container 129: the deploy gate of qwen-sglang (service step ac787eca82e8f261); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
 service=qwen-sglang
 python=/opt/gpuhosts/qwen-sglang/venv/bin/python
@@ -30,7 +30,7 @@ if [ "$status" != 0 ]; then
   refuse "deploy gate of $service failed (see above); the service keeps running for inspection"
 fi
 mkdir -p "$(dirname "$record")"
-printf '%s\n' 'passed with inputs sha256:42c9540e04d44ca1' >"$record"
+printf '%s\n' 'passed with inputs sha256:55a687ebdf6288fa' >"$record"
 say "deploy gate of $service passed"
 finish
 GPUHOSTS_INNER

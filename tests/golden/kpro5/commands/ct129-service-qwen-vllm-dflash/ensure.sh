@@ -38,7 +38,7 @@ install_file /etc/systemd/system/gpuhosts-qwen-vllm-dflash.service 0644 <<'GPUHO
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:9966bbdbe3870a3f]
+# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:4d4dcfc158fa1e6e]
 GPUHOSTS_EOF
 }
 systemd_repair "$unit_name"
