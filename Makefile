@@ -8,7 +8,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: pulumi demo plan test test-full test-pulumi bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
+.PHONY: refresh-figures pulumi demo plan test test-full test-pulumi bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
 
 # uv pinned by content (gpuhosts/uv-requirements.txt: every wheel's sha256), as gpuhosts installs it on hosts.
 $(UV): gpuhosts/uv-requirements.txt
@@ -64,6 +64,11 @@ test-pulumi: pulumi $(VENV)/.synced system-deps
 	rm -rf build/pulumi-figures
 	GPUHOSTS_REAL_ENGINE=required $(VENV)/bin/python -m pytest -n 2 --dist loadfile -o addopts="" -m pulumi tests/realengine
 	PYTHONPATH=tests $(VENV)/bin/python -m realengine.figures
+
+# `pulumi refresh` of 1, 4, 16 and 64 simulated hosts through the real CLI, each unit read alone and each host in
+# one command: wall time, SSH commands per host and the provider's CPU seconds (tests/realengine/refresh_figures.py).
+refresh-figures: pulumi $(VENV)/.synced system-deps
+	PYTHONPATH=tests:. $(VENV)/bin/python -m realengine.refresh_figures
 
 golden: $(VENV)/.synced
 	GPUHOSTS_UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/test_golden.py

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from gpuhosts.config import NAMESPACE, Problem, _Model, validate_entries
 from gpuhosts.engines import driver_for
 from gpuhosts.envspec import EnvSpec
 from gpuhosts.locks import LOCKS_DIR, RequirementsLock, locked_pins
-from gpuhosts.services import SERVICE_NAME, DrafterSpec, ServiceConfig
+from gpuhosts.services import SERVICE_NAME, DrafterSpec, Finding, ServiceConfig
 
 DDTREE_REPOSITORY = "https://github.com/liranringel/ddtree"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -233,53 +235,98 @@ def patch_digest(project_root: Path, file: str) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
-def benchmark_problems(benchmarks: list[tuple[int, BenchmarkConfig]], services: tuple[ServiceConfig, ...],
-                       vmids: set[int], secret_keys: set[str], project_root: Path) -> list[Problem]:
-    """Rules of the benchmarks against the stack's containers and services, and against the project's patches."""
-    problems: list[Problem] = []
+@dataclass(frozen=True)
+class BenchmarkRuleInput:
+    """What the benchmark rules read: the entries by their index in `gpuhosts:benchmarks`, the stack's services,
+    its containers' vmids, which secret keys it sets, and the project (for its patches)."""
+    benchmarks: list[tuple[int, BenchmarkConfig]]
+    services: tuple[ServiceConfig, ...]
+    vmids: frozenset[int]
+    secret_keys: frozenset[str]
+    project_root: Path
 
-    def add(index: int, field: str, message: str) -> None:
-        problems.append(Problem(path=_path(index, field), message=message))
+    def compared(self, bench: BenchmarkConfig) -> list[tuple[int, ServiceConfig]]:
+        """The benchmark's services that are declared and run in its container, by their position in it."""
+        by_name = {s.name: s for s in self.services}
+        return [(position, by_name[name]) for position, name in enumerate(bench.services)
+                if name in by_name and by_name[name].container == bench.container]
 
-    by_name = {s.name: s for s in services}
+    def references(self) -> Iterator[tuple[int, BenchmarkConfig, Any]]:
+        for index, bench in self.benchmarks:
+            if bench.ddtree is not None:
+                yield index, bench, bench.ddtree
+
+
+def benchmark_names_are_unique(given: BenchmarkRuleInput) -> Iterator[Finding]:
     names: dict[str, int] = {}
-    for index, bench in benchmarks:
+    for index, bench in given.benchmarks:
         if bench.name in names:
-            add(index, "name", f"{bench.name!r} is already declared as benchmarks[{names[bench.name]}]; names are unique")
+            yield index, "name", f"{bench.name!r} is already declared as benchmarks[{names[bench.name]}]; names are unique"
         names.setdefault(bench.name, index)
-        if bench.container not in vmids:
-            add(index, "container", f"container {bench.container} is not declared in {NAMESPACE}:containers")
-        compared = []
+
+
+def benchmark_containers_are_declared(given: BenchmarkRuleInput) -> Iterator[Finding]:
+    for index, bench in given.benchmarks:
+        if bench.container not in given.vmids:
+            yield index, "container", f"container {bench.container} is not declared in {NAMESPACE}:containers"
+
+
+def benchmark_services_share_its_container(given: BenchmarkRuleInput) -> Iterator[Finding]:
+    by_name = {s.name: s for s in given.services}
+    for index, bench in given.benchmarks:
         for position, name in enumerate(bench.services):
             service = by_name.get(name)
             if service is None:
-                add(index, f"services[{position}]", f"{name!r} is not a declared service ({', '.join(by_name) or 'none'})")
+                yield index, f"services[{position}]", (f"{name!r} is not a declared service "
+                                                       f"({', '.join(by_name) or 'none'})")
             elif service.container != bench.container:
-                add(index, f"services[{position}]", f"{name!r} runs in container {service.container}, not in "
-                    f"{bench.container}: a benchmark compares the services of one container on its GPUs")
-            else:
-                compared.append((position, service))
+                yield index, f"services[{position}]", (f"{name!r} runs in container {service.container}, not in "
+                                                       f"{bench.container}: a benchmark compares the services of one "
+                                                       "container on its GPUs")
+
+
+def prompts_fit_the_context(given: BenchmarkRuleInput) -> Iterator[Finding]:
+    for index, bench in given.benchmarks:
         prompts = bench.prompts
         needed = prompts.long_context.context_tokens + prompts.max_tokens
-        for position, service in compared:
+        for _position, service in given.compared(bench):
             if service.context_length is not None and service.context_length < needed:
-                add(index, "prompts.longContext.contextTokens",
+                yield index, "prompts.longContext.contextTokens", (
                     f"{prompts.long_context.context_tokens} prompt tokens + maxTokens {prompts.max_tokens} do not fit "
                     f"{name_of(service)}'s contextLength {service.context_length}; lower contextTokens or raise its "
                     "contextLength")
+
+
+def compared_services_call_tools(given: BenchmarkRuleInput) -> Iterator[Finding]:
+    for index, bench in given.benchmarks:
+        for position, service in given.compared(bench):
             if service.tool_call_parser is None:
-                add(index, f"services[{position}]", f"{name_of(service)} has no toolCallParser, so the tool-call prompt "
-                    "cannot be answered with a call (vLLM refuses `tool_choice: auto` without one); set toolCallParser")
-        models = {(s.model.repo, s.model.revision, s.model.path) for _, s in compared}
+                yield index, f"services[{position}]", (
+                    f"{name_of(service)} has no toolCallParser, so the tool-call prompt cannot be answered with a call "
+                    "(vLLM refuses `tool_choice: auto` without one); set toolCallParser")
+
+
+def one_model_is_compared(given: BenchmarkRuleInput) -> Iterator[Finding]:
+    for index, bench in given.benchmarks:
+        models = {(s.model.repo, s.model.revision, s.model.path) for _, s in given.compared(bench)}
         if len(models) > 1:
-            add(index, "services", "compares services that serve different models or weights ("
-                + ", ".join(sorted(f"{r}@{v}" for r, v, _ in models)) + "); a bake-off compares one model")
-        reference = bench.ddtree
-        if reference is None:
-            continue
-        if reference.drafter.gated and "hfToken" not in secret_keys:
-            add(index, "ddtree.drafter.gated", f"{reference.drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
-                f"`pulumi config set --secret {NAMESPACE}:hfToken`")
+            yield index, "services", ("compares services that serve different models or weights ("
+                                      + ", ".join(sorted(f"{r}@{v}" for r, v, _ in models))
+                                      + "); a bake-off compares one model")
+
+
+def reference_drafter_has_a_token(given: BenchmarkRuleInput) -> Iterator[Finding]:
+    for index, _bench, reference in given.references():
+        if reference.drafter.gated and "hfToken" not in given.secret_keys:
+            yield index, "ddtree.drafter.gated", (f"{reference.drafter.repo} is gated and {NAMESPACE}:hfToken is not "
+                                                  f"set; `pulumi config set --secret {NAMESPACE}:hfToken`")
+
+
+def reference_environment_is_complete(given: BenchmarkRuleInput) -> Iterator[Finding]:
+    """The reference's own environment is locked with what DDTree imports and named apart from every service's;
+    or the service whose environment it borrows is one it compares, and has them."""
+    by_name = {s.name: s for s in given.services}
+    for index, bench, reference in given.references():
         if reference.environment_of is None:
             lock = ddtree_lock(reference)
             reason = lock.missing(lock.path().read_text() if lock.path().is_file() else None)
@@ -287,39 +334,65 @@ def benchmark_problems(benchmarks: list[tuple[int, BenchmarkConfig]], services: 
                 others = sorted(p.name for p in (LOCKS_DIR / DDTREE_LOCKS).glob(f"{reference.commit[:7]}-py*.txt"))
                 field = "ddtree.python" if others else "ddtree.commit"
                 also = f" (locked for: {', '.join(others)})" if others else ""
-                add(index, field, f"{reason}{also}; {DDTREE_LOCK_WRITER}")
+                yield index, field, f"{reason}{also}; {DDTREE_LOCK_WRITER}"
             else:
                 pins = {pin.split("==")[0] for pin in locked_pins(lock.path().read_text())}
                 lacking = [name for name in (*DDTREE_IMPORTS, "accelerate") if name not in pins]
                 if lacking:
-                    add(index, "ddtree.commit", f"locks/{lock.name} lacks {', '.join(lacking)}, which DDTree's "
-                        f"benchmark.py and the patch's device_map need; add them to locks/{DDTREE_REQUIREMENTS} and "
-                        f"{DDTREE_LOCK_WRITER}")
+                    yield index, "ddtree.commit", (
+                        f"locks/{lock.name} lacks {', '.join(lacking)}, which DDTree's benchmark.py and the patch's "
+                        f"device_map need; add them to locks/{DDTREE_REQUIREMENTS} and {DDTREE_LOCK_WRITER}")
             env_name = ddtree_env_name(bench)
-            if any(s.name == env_name and s.container == bench.container for s in services):
-                add(index, "name", f"the reference's environment /opt/gpuhosts/{env_name} is also the environment "
-                    f"of service {env_name}; rename the benchmark or the service")
+            if any(s.name == env_name and s.container == bench.container for s in given.services):
+                yield index, "name", (f"the reference's environment /opt/gpuhosts/{env_name} is also the environment "
+                                      f"of service {env_name}; rename the benchmark or the service")
         elif reference.environment_of not in bench.services:
-            add(index, "ddtree.environmentOf", f"{reference.environment_of!r} is not one of this benchmark's services "
-                f"({', '.join(bench.services)})")
+            yield index, "ddtree.environmentOf", (f"{reference.environment_of!r} is not one of this benchmark's "
+                                                  f"services ({', '.join(bench.services)})")
         elif reference.environment_of in by_name:
             lacking = environment_lacks(by_name[reference.environment_of], DDTREE_IMPORTS)
             if lacking:
-                add(index, "ddtree.environmentOf", f"the environment of {reference.environment_of} lacks "
-                    f"{', '.join(lacking)}, which DDTree's benchmark.py imports; name a service whose lock holds them")
-        actual = patch_digest(project_root, reference.patch.file)
+                yield index, "ddtree.environmentOf", (
+                    f"the environment of {reference.environment_of} lacks {', '.join(lacking)}, which DDTree's "
+                    "benchmark.py imports; name a service whose lock holds them")
+
+
+def reference_patch_is_reviewed(given: BenchmarkRuleInput) -> Iterator[Finding]:
+    for index, _bench, reference in given.references():
+        actual = patch_digest(given.project_root, reference.patch.file)
         if actual is None:
-            add(index, "ddtree.patch.file", f"{reference.patch.file} does not exist in the project; add the patch there")
+            yield index, "ddtree.patch.file", (f"{reference.patch.file} does not exist in the project; add the patch "
+                                               "there")
         elif actual != reference.patch.sha256:
-            add(index, "ddtree.patch.sha256", f"is {reference.patch.sha256[:12]}…, but {reference.patch.file} has "
-                f"sha256 {actual}; review the patch and put in its digest")
-        for other in services:
+            yield index, "ddtree.patch.sha256", (f"is {reference.patch.sha256[:12]}…, but {reference.patch.file} has "
+                                                 f"sha256 {actual}; review the patch and put in its digest")
+
+
+def reference_drafter_directory_is_its_own(given: BenchmarkRuleInput) -> Iterator[Finding]:
+    for index, bench, reference in given.references():
+        for other in given.services:
             drafter = other.speculative.drafter
             if (other.container == bench.container and drafter is not None and drafter.path == reference.drafter.path
                     and (drafter.repo, drafter.revision) != (reference.drafter.repo, reference.drafter.revision)):
-                add(index, "ddtree.drafter.localDir", f"{drafter.path} is also {other.name}'s drafter directory with "
-                    f"{drafter.repo}@{drafter.revision}; give the same repo and revision, or another localDir")
-    return problems
+                yield index, "ddtree.drafter.localDir", (
+                    f"{drafter.path} is also {other.name}'s drafter directory with {drafter.repo}@{drafter.revision}; "
+                    "give the same repo and revision, or another localDir")
+
+
+# The rules of the benchmarks against the stack's containers and services and the project's patches, in the order
+# their problems are listed.
+BENCHMARK_RULES = (benchmark_names_are_unique, benchmark_containers_are_declared,
+                   benchmark_services_share_its_container, prompts_fit_the_context, compared_services_call_tools,
+                   one_model_is_compared, reference_drafter_has_a_token, reference_environment_is_complete,
+                   reference_patch_is_reviewed, reference_drafter_directory_is_its_own)
+
+
+def benchmark_problems(benchmarks: list[tuple[int, BenchmarkConfig]], services: tuple[ServiceConfig, ...],
+                       vmids: set[int], secret_keys: set[str], project_root: Path) -> list[Problem]:
+    """Every rule of BENCHMARK_RULES over the stack's benchmarks."""
+    given = BenchmarkRuleInput(benchmarks, services, frozenset(vmids), frozenset(secret_keys), project_root)
+    return [Problem(path=_path(index, field), message=message)
+            for rule in BENCHMARK_RULES for index, field, message in rule(given)]
 
 
 def benchmark_warnings(benchmarks: list[tuple[int, BenchmarkConfig]], services: tuple[ServiceConfig, ...],

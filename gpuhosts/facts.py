@@ -287,7 +287,7 @@ def secret_file_fact(unit: str, path: str, secret: str, variable: str, mode: str
 
 
 ADMIN_KEY_VARIABLE = "GPUHOSTS_ADMIN_API_KEY"
-# 24 random bytes in URL-safe base64 (templates/container_services/service.sh.j2 writes it).
+# 24 random bytes in URL-safe base64 (templates/common/container-service.sh.j2 writes it).
 ADMIN_KEY_LINE = f"^{ADMIN_KEY_VARIABLE}=[A-Za-z0-9_-]{{32}}$"
 
 

@@ -49,6 +49,7 @@ from pulumi.dynamic import CreateResult, ReadResult, ResourceProvider, UpdateRes
 
 from gpuhosts import oplog, protocol
 from gpuhosts.facts import keyed_observed
+from gpuhosts.probe_batch import Batches
 from gpuhosts.render import render
 from gpuhosts.units import DEFAULT_LIMITS_S, operation_limits
 from gpuhosts.ssh import (DIAL_ATTEMPTS, Completed, Connection, ConnectionDropped, HostKeyChanged, KeyRefused, Pool,
@@ -166,6 +167,11 @@ def probe(connection: Connection, props: dict[str, Any], failure=None) -> dict[s
     started = time.monotonic()
     completed = run_operation(connection, props, "probe")
     _log(f"gpuhosts-unit: {props['unit']} probe status={completed.status} seconds={time.monotonic() - started:.2f}")
+    return probe_facts(props, completed, failure)
+
+
+def probe_facts(props: dict[str, Any], completed: Completed, failure=None) -> dict[str, Any]:
+    """The facts of a unit's finished probe; UnitFailed when it failed or printed no facts."""
     if completed.status != 0:
         raise UnitFailed((failure or _plain_failure)(props, "probe", completed))
     try:
@@ -200,6 +206,7 @@ def _plain_failure(props: dict[str, Any], operation: str, completed: Completed) 
 
 
 _POOL = Pool()
+_BATCHES = Batches(log=oplog.write)
 
 
 class HostUnitProvider(ResourceProvider):
@@ -241,6 +248,7 @@ class HostUnitProvider(ResourceProvider):
             observed = self.observe(props)
         except HostNotRead as error:
             return self._not_read(resource_id, props, str(error))
+        _log(f"gpuhosts-provider: ssh_commands={_POOL.commands()} cpu_s={time.process_time():.2f}")
         facts, observations = refreshed_facts(props.get("facts") or {}, observed, props.get("unit", ""),
                                               _config_value)
         inputs = {key: props.get(key) for key in INPUT_KEYS}
@@ -263,6 +271,10 @@ class HostUnitProvider(ResourceProvider):
     def observe(self, props: dict[str, Any]) -> dict[str, Any]:
         connection = self._connection(props)
         try:
+            batched = _BATCHES.answer(connection, props, _CONFIG)
+            if batched is not None:
+                _log(f"gpuhosts-unit: {props['unit']} probe status={batched.status} batched")
+                return probe_facts(props, batched, self._failure)
             return probe(connection, props, self._failure)
         except SshError as error:
             if isinstance(error, KeyRefused):
@@ -280,6 +292,7 @@ class HostUnitProvider(ResourceProvider):
             raise self._unreachable(props, "probe", error) from None
 
     def _apply(self, resource_id: str, props: dict[str, Any], operation: str) -> protocol.Result:
+        _BATCHES.forget(props.get("host"))
         started = time.monotonic()
         completed = self._run(props, operation, resource_id)
         _log(f"gpuhosts-unit: {props['unit']} {operation} status={completed.status} "
@@ -523,3 +536,7 @@ def dial_attempts() -> int:
 
 def connections_dialled() -> int:
     return _POOL.dials()
+
+
+def commands_sent() -> int:
+    return _POOL.commands()

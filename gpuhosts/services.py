@@ -10,6 +10,8 @@ against the rest of the stack live in `_service_problems`. What an engine serves
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -426,97 +428,167 @@ def _section_path(index: int, field: str = "") -> str:
     return f"{NAMESPACE}:services[{index}]" + (f".{field}" if field else "")
 
 
-def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackConfig, secret_keys: set[str]) -> list[Problem]:
-    problems: list[Problem] = []
+@dataclass(frozen=True)
+class ServiceRuleInput:
+    """What the service rules read: the validated entries by their index in `gpuhosts:services`, the stack, and
+    which secret keys the stack sets."""
+    services: list[tuple[int, ServiceConfig]]
+    stack: StackConfig
+    secret_keys: frozenset[str]
 
-    def add(index: int, field: str, message: str) -> None:
-        problems.append(Problem(path=_section_path(index, field), message=message))
+    @property
+    def names(self) -> dict[str, int]:
+        """Each service's name and the first entry that declares it."""
+        found: dict[str, int] = {}
+        for index, service in self.services:
+            found.setdefault(service.name, index)
+        return found
 
-    names: dict[str, int] = {}
-    for index, service in services:
-        if service.name in names:
-            add(index, "name", f"{service.name!r} is already declared as services[{names[service.name]}]; names are unique")
-        else:
-            names[service.name] = index
-    for index, service in services:
+
+# A rule yields (entry index, field under it, message) for each problem it finds.
+Finding = tuple[int, str, str]
+
+
+def names_are_unique(given: ServiceRuleInput) -> Iterator[Finding]:
+    seen: dict[str, int] = {}
+    for index, service in given.services:
+        if service.name in seen:
+            yield index, "name", f"{service.name!r} is already declared as services[{seen[service.name]}]; names are unique"
+        seen.setdefault(service.name, index)
+
+
+def replica_names_are_free(given: ServiceRuleInput) -> Iterator[Finding]:
+    names = given.names
+    for index, service in given.services:
         for instance in service.instances[1:]:
             if instance.name in names:
-                add(index, f"replicas[{instance.replica}]", f"is named {instance.name}, which is already "
-                    f"services[{names[instance.name]}]; rename one of the two services")
+                yield index, f"replicas[{instance.replica}]", (
+                    f"is named {instance.name}, which is already services[{names[instance.name]}]; rename one of "
+                    "the two services")
+
+
+def gpus_or_replicas(given: ServiceRuleInput) -> Iterator[Finding]:
+    for index, service in given.services:
+        if not service.replicas and not service.gpus:
+            yield index, "gpus", "is required: list the container's GPUs this service uses, or give replicas"
+        if service.replicas and service.gpus:
+            yield index, "gpus", "is set beside replicas: each replica lists its own gpus; remove one of the two"
+
+
+def gpus_are_the_containers(given: ServiceRuleInput) -> Iterator[Finding]:
+    """Each instance runs in a declared container, on GPUs that container holds."""
+    stack = given.stack
     vmids = {c.vmid for c in stack.containers}
     declared = {g.address: (position, g) for position, g in enumerate(stack.gpus)}
-    for index, service in services:
-        if not service.replicas and not service.gpus:
-            add(index, "gpus", "is required: list the container's GPUs this service uses, or give replicas")
-        if service.replicas and service.gpus:
-            add(index, "gpus", "is set beside replicas: each replica lists its own gpus; remove one of the two")
+    for index, service in given.services:
+        for instance in service.instances:
+            where = f"replicas[{instance.replica}]." if service.replicas else ""
+            if instance.container not in vmids:
+                yield index, f"{where}container", (f"container {instance.container} is not declared in "
+                                                   f"{NAMESPACE}:containers")
+                continue
+            owned = {g.address for g in stack.container_gpus(instance.container)}
+            for position, address in enumerate(instance.gpus):
+                if address in owned:
+                    continue
+                gpu = declared.get(address)
+                if gpu is not None and gpu[1].use.value == "vfio":
+                    why = (f"{address} is not one of container {instance.container}'s GPUs: it is "
+                           f"gpus[{gpu[0]}], use: vfio, which stays on vfio-pci for the VMs; give the "
+                           f"{'replica' if where else 'service'} a GPU with use: container")
+                else:
+                    why = (f"{address} is not one of container {instance.container}'s GPUs "
+                           f"({', '.join(sorted(owned)) or 'none'}); give it use: container, "
+                           f"container: {instance.container}")
+                yield index, f"{where}gpus[{position}]", why
+
+
+def replicas_keep_to_their_own(given: ServiceRuleInput) -> Iterator[Finding]:
+    """An instance lists each GPU once; replicas share no GPU, nor a port in one container."""
+    for index, service in given.services:
         taken: dict[str, int] = {}
         listening: dict[tuple[int, int], int] = {}
         for instance in service.instances:
             where = f"replicas[{instance.replica}]." if service.replicas else ""
-            if instance.container not in vmids:
-                add(index, f"{where}container", f"container {instance.container} is not declared in {NAMESPACE}:containers")
-            else:
-                owned = {g.address for g in stack.container_gpus(instance.container)}
-                for position, address in enumerate(instance.gpus):
-                    if address in owned:
-                        continue
-                    gpu = declared.get(address)
-                    if gpu is not None and gpu[1].use.value == "vfio":
-                        why = (f"{address} is not one of container {instance.container}'s GPUs: it is "
-                               f"gpus[{gpu[0]}], use: vfio, which stays on vfio-pci for the VMs; give the "
-                               f"{'replica' if where else 'service'} a GPU with use: container")
-                    else:
-                        why = (f"{address} is not one of container {instance.container}'s GPUs "
-                               f"({', '.join(sorted(owned)) or 'none'}); give it use: container, "
-                               f"container: {instance.container}")
-                    add(index, f"{where}gpus[{position}]", why)
             if len(set(instance.gpus)) != len(instance.gpus):
-                add(index, f"{where}gpus", "lists a GPU twice; list each GPU once")
+                yield index, f"{where}gpus", "lists a GPU twice; list each GPU once"
             for position, address in enumerate(dict.fromkeys(instance.gpus)):
                 if address in taken and taken[address] != instance.replica:
-                    add(index, f"{where}gpus[{position}]", f"{address} is already replicas[{taken[address]}]'s; "
-                        "each replica runs on GPUs of its own")
+                    yield index, f"{where}gpus[{position}]", (f"{address} is already replicas[{taken[address]}]'s; "
+                                                              "each replica runs on GPUs of its own")
                 taken.setdefault(address, instance.replica)
             spot = (instance.container, instance.port)
             if spot in listening:
-                add(index, f"{where}port", f"{instance.port} is already replicas[{listening[spot]}]'s in container "
-                    f"{instance.container}; give each replica in one container a port of its own")
+                yield index, f"{where}port", (f"{instance.port} is already replicas[{listening[spot]}]'s in container "
+                                              f"{instance.container}; give each replica in one container a port of its own")
             listening.setdefault(spot, instance.replica)
-        problems.extend(_gateway_problems(index, service, vmids, secret_keys))
-        if service.api_key_secret is not None and service.api_key_secret not in secret_keys:
-            add(index, "apiKeySecret", unset_secret(service.api_key_secret, secret_keys))
+
+
+def gateway_rules(given: ServiceRuleInput) -> Iterator[Finding]:
+    vmids = {c.vmid for c in given.stack.containers}
+    for index, service in given.services:
+        for problem in _gateway_problems(index, service, vmids, set(given.secret_keys)):
+            yield index, problem.path.removeprefix(_section_path(index)).lstrip("."), problem.message
+
+
+def api_keys_are_set(given: ServiceRuleInput) -> Iterator[Finding]:
+    for index, service in given.services:
+        if service.api_key_secret is not None and service.api_key_secret not in given.secret_keys:
+            yield index, "apiKeySecret", unset_secret(service.api_key_secret, set(given.secret_keys))
+
+
+def open_binds_need_a_key(given: ServiceRuleInput) -> Iterator[Finding]:
+    """As the monitor and the gateway are held: an open engine beyond loopback runs anyone's prompts on the GPUs,
+    and its admin endpoints (weights, cache, profiling) are open with it."""
+    for index, service in given.services:
         if service.api_key_secret is None and not is_loopback(service.bind):
-            # as the monitor and the gateway are held: an open engine beyond loopback runs anyone's prompts on the
-            # GPUs, and its admin endpoints (weights, cache, profiling) are open with it
-            add(index, "apiKeySecret", f"is required: bind {service.bind} listens beyond this machine, and without "
-                "a key anyone who reaches the port uses the engine; name a secret stack key (`pulumi config set "
-                "--secret gpuhosts:llmApiKey …`, apiKeySecret: llmApiKey), or bind 127.0.0.1")
+            yield index, "apiKeySecret", (
+                f"is required: bind {service.bind} listens beyond this machine, and without a key anyone who "
+                "reaches the port uses the engine; name a secret stack key (`pulumi config set --secret "
+                "gpuhosts:llmApiKey …`, apiKeySecret: llmApiKey), or bind 127.0.0.1")
+
+
+def gated_drafters_have_a_token(given: ServiceRuleInput) -> Iterator[Finding]:
+    for index, service in given.services:
         drafter = service.speculative.drafter
-        if drafter is not None and drafter.gated and "hfToken" not in secret_keys:
-            add(index, "speculative.drafter.gated", f"{drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
-                f"`pulumi config set --secret {NAMESPACE}:hfToken`")
-        store = next((c.model_store for c in stack.containers if c.vmid == service.container), None)
-        for field, spec in (("model", service.model), ("speculative.drafter", drafter)):
+        if drafter is not None and drafter.gated and "hfToken" not in given.secret_keys:
+            yield index, "speculative.drafter.gated", (f"{drafter.repo} is gated and {NAMESPACE}:hfToken is not set; "
+                                                       f"`pulumi config set --secret {NAMESPACE}:hfToken`")
+
+
+def weights_lie_where_they_say(given: ServiceRuleInput) -> Iterator[Finding]:
+    """weightsOn: host puts a model under the container's modelStore; weightsOn: container keeps it off it."""
+    for index, service in given.services:
+        store = next((c.model_store for c in given.stack.containers if c.vmid == service.container), None)
+        for field, spec in (("model", service.model), ("speculative.drafter", service.speculative.drafter)):
             if spec is None:
                 continue
             on_store = store is not None and (spec.path + "/").startswith(store.path + "/")
             if service.weights_on is WeightsOn.HOST and store is None:
-                add(index, "weightsOn", f"is host but container {service.container} has no modelStore; add "
-                    f"modelStore: {{hostPath: /tank/models}} to its entry in {NAMESPACE}:containers")
+                yield index, "weightsOn", (f"is host but container {service.container} has no modelStore; add "
+                                           f"modelStore: {{hostPath: /tank/models}} to its entry in "
+                                           f"{NAMESPACE}:containers")
             elif service.weights_on is WeightsOn.HOST and not on_store:
-                add(index, f"{field}.localDir", f"{spec.path} is not under the container's modelStore "
-                    f"({store.path}); put it there or set weightsOn: container")
+                yield index, f"{field}.localDir", (f"{spec.path} is not under the container's modelStore "
+                                                   f"({store.path}); put it there or set weightsOn: container")
             elif service.weights_on is WeightsOn.CONTAINER and on_store:
-                add(index, f"{field}.localDir", f"{spec.path} lies on the host's modelStore ({store.path}); set "
-                    "weightsOn: host, or choose a directory outside it")
+                yield index, f"{field}.localDir", (f"{spec.path} lies on the host's modelStore ({store.path}); set "
+                                                   "weightsOn: host, or choose a directory outside it")
+
+
+def shared_services_are_declared(given: ServiceRuleInput) -> Iterator[Finding]:
+    names = given.names
+    for index, service in given.services:
         for other in service.shares_with:
             if other not in names:
-                add(index, "sharesWith", f"{other!r} is not a declared service")
+                yield index, "sharesWith", f"{other!r} is not a declared service"
             elif other == service.name:
-                add(index, "sharesWith", "names the service itself")
+                yield index, "sharesWith", "names the service itself"
+
+
+def one_download_per_directory(given: ServiceRuleInput) -> Iterator[Finding]:
     downloads: dict[tuple[int, str], tuple[int, str, ModelSpec]] = {}
-    for index, instance in ((i, c) for i, s in services for c in s.instances):
+    for index, instance in ((i, c) for i, s in given.services for c in s.instances):
         for field, spec in (("model", instance.model), ("speculative.drafter", instance.speculative.drafter)):
             if spec is None:
                 continue
@@ -526,10 +598,23 @@ def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackCon
                 continue
             first_index, first_field, first = downloads[key]
             if (first.repo, first.revision, first.delete_on_destroy) != (spec.repo, spec.revision, spec.delete_on_destroy):
-                add(index, f"{field}.localDir", f"{spec.path} is also services[{first_index}].{first_field}'s "
-                    f"directory with {first.repo}@{first.revision}; one directory holds one download: give "
-                    "the same repo, revision and deleteOnDestroy, or another localDir")
-    return problems
+                yield index, f"{field}.localDir", (f"{spec.path} is also services[{first_index}].{first_field}'s "
+                                                   f"directory with {first.repo}@{first.revision}; one directory holds "
+                                                   "one download: give the same repo, revision and deleteOnDestroy, "
+                                                   "or another localDir")
+
+
+# The rules of the services against each other and the rest of the stack, in the order their problems are listed.
+SERVICE_RULES = (names_are_unique, replica_names_are_free, gpus_or_replicas, gpus_are_the_containers,
+                 replicas_keep_to_their_own, gateway_rules, api_keys_are_set, open_binds_need_a_key,
+                 gated_drafters_have_a_token, weights_lie_where_they_say, shared_services_are_declared,
+                 one_download_per_directory)
+
+
+def _service_problems(services: list[tuple[int, ServiceConfig]], stack: StackConfig, secret_keys: set[str]) -> list[Problem]:
+    given = ServiceRuleInput(services, stack, frozenset(secret_keys))
+    return [Problem(path=_section_path(index, field), message=message)
+            for rule in SERVICE_RULES for index, field, message in rule(given)]
 
 
 def _gateway_problems(index: int, service: ServiceConfig, vmids: set[int], secret_keys: set[str]) -> list[Problem]:

@@ -144,6 +144,8 @@ class Connection:
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
         self.dials = 0
+        # Commands sent on this connection: a refresh's round trips to the host, counted for its figures.
+        self.commands = 0
         self._unreachable: Unreachable | None = None
 
     def _dial(self) -> paramiko.SSHClient:
@@ -223,6 +225,14 @@ class Connection:
 
     def exec(self, command: str, stdin: bytes = b"", *, timeout: float | None = None) -> Completed:
         """Run `command` on a channel of its own; `stdin` is written and then closed."""
+        status, out, err = self.exec_bytes(command, stdin, timeout=timeout)
+        return Completed(status, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def exec_bytes(self, command: str, stdin: bytes = b"", *,
+                   timeout: float | None = None) -> tuple[int, bytes, bytes]:
+        """`exec`, its output as the bytes the host sent: a caller that frames several outputs in one splits them
+        by length before decoding."""
+        self.commands += 1
         try:
             channel = self.client().get_transport().open_session()
         except (paramiko.SSHException, EOFError, OSError) as error:
@@ -258,7 +268,7 @@ class Connection:
         if status == -1:
             # The server closed the channel without an exit status: the command was killed with its session.
             raise ConnectionDropped("the command ended without an exit status (its session was killed)")
-        return Completed(status, out.decode(errors="replace"), err.decode(errors="replace"))
+        return status, bytes(out), bytes(err)
 
     def run_script(self, script: str, command_template, stdin: bytes = b"", *,
                    timeout: float | None = None) -> Completed:
@@ -305,6 +315,9 @@ class Pool:
 
     def dials(self) -> int:
         return sum(c.dials for c in self._connections.values())
+
+    def commands(self) -> int:
+        return sum(c.commands for c in self._connections.values())
 
     def close(self) -> None:
         with self._lock:

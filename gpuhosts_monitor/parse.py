@@ -104,7 +104,7 @@ ROOT_CAUSE_RE = re.compile(r"^Root Cause \(first observed failure\):$")
 FAILURE_FIELD_RE = re.compile(r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<value>.*)$")
 FAILURE_END_RE = re.compile(r"^=+$")
 
-# gpuhosts' launch script runs the smoke run first into the same log (templates/training_node/train.sh.j2) and
+# gpuhosts' launch script runs the smoke run first into the same log (templates/training_job/train.sh.j2) and
 # prints this when it passed: what follows is another run, the full one, with its own epochs and steps.
 FULL_RUN_STARTS = re.compile(r"^smoke run passed: the full run starts$")
 SMOKE_RUN_STARTS = re.compile(r"^smoke run: \d+ samples")

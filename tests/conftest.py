@@ -11,10 +11,16 @@ import pytest
 
 from gpuhosts.plan import read_stack_file
 
+# The shared harnesses' fixtures (the simulated host the scripts run on directly, ...), loaded by name: a test
+# module imports no other test module.
+pytest_plugins = ("simhost", "monitor_bed", "systemd_scratch")
+
 PROJECT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # Each process of the hostile-input suite leaves its counts here; the end of the run sums them into one line.
 HOSTILE_FIGURES = PROJECT / "build" / "hostile-figures"
+# What tests/lifecycle/test_rollout.py counts, for `make lifecycle` to print.
+ROLLOUT_FIGURES = PROJECT / "build" / "rollout-figures.json"
 
 
 # The readiness waits of a stand-in engine: a cap that reports a hang, never a verdict on speed. A loaded machine
@@ -87,6 +93,8 @@ FULL_TIER = {
     "test_host_fidelity_vfio.py": "vfio binding cases",
     "test_host_fidelity_containers.py": "container config cases",
     "test_host_fidelity_boot.py": "reboots of a converged host",
+    "test_host_profiles.py::test_kpro5_converges_on_each_release_and_destroy_restores_it":
+        "kpro5 on each Proxmox VE release; the quick tier converges it on the default one (test_lifecycle.py)",
     "test_hostile_input.py": "hundreds of generated hostile stacks",
     "test_rendering_rule.py::test_kpro5_with_hostile_values_converges_and_tears_down_on_the_simulated_host":
         "a converge with hostile values",

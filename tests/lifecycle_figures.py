@@ -279,7 +279,7 @@ def _rollout_line(check) -> str:
     import json
     import subprocess
 
-    from lifecycle.test_rollout import FIGURES
+    from conftest import ROLLOUT_FIGURES as FIGURES
 
     FIGURES.unlink(missing_ok=True)
     result = subprocess.run([sys.executable, "-m", "pytest", str(TESTS / "lifecycle" / "test_rollout.py"), "-q",

@@ -23,3 +23,12 @@ def kpro5_services(mutate=None) -> tuple[ServiceConfig, ...]:
     if mutate is not None:
         mutate(raw)
     return validate_services(raw, kpro5_stack(), secure)
+
+
+HF_TOKEN = "hf_ServiceTestToken5f9d2c"
+
+
+API_KEY = "sk-service-test-key-81b3e7"
+
+
+SECRETS = {"hfToken": HF_TOKEN, "llmApiKey": API_KEY}

@@ -33,7 +33,7 @@ from gpuhosts.stacks import validate_stack
 from gpuhosts.training import NodeConfig, TrainerStack, TrainingConfig
 from observability_data import tool
 from sshhost import free_port
-from test_monitor import LOG_WRITTEN, TOKEN, TRAINING, HealthServer, app_for
+from monitor_bed import HealthServer, LOG_WRITTEN, TOKEN, TRAINING, app_for
 
 # The alerts that fire at once in this scenario (rules without a `for`): a stalled run, Xid 79 and a double-bit ECC
 # error on GPU 0. The others need minutes of `for` and are proven firing and quiet by promtool (test_alert_rules.py).

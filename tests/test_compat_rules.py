@@ -7,14 +7,8 @@ import pytest
 
 from gpuhosts.compat import Severity, check_services, load_rules, model_facts, version_key
 from services_data import kpro5_services
+from model_configs import QWEN36_DRAFTER_CONFIG
 
-QWEN36_DRAFTER_CONFIG = {
-    "architectures": ["DFlashDraftModel"],
-    "num_hidden_layers": 5,
-    "layer_types": ["sliding_attention"] * 4 + ["full_attention"],
-    "sliding_window": 2048,
-    "dflash_config": {"block_size": 16, "mask_token_id": 248070, "target_layer_ids": [1, 16, 31, 46, 61]},
-}
 
 
 def sglang(raw):

@@ -11,7 +11,7 @@ from gpuhosts.hostside.drafter_config import (
     parse_drafter_config,
     target_layer_ids,
 )
-from test_compat_rules import QWEN36_DRAFTER_CONFIG
+from model_configs import QWEN36_DRAFTER_CONFIG
 
 
 # z-lab/dflash dflash/model.py build_target_layer_ids: int(round(1 + i * (N - 4) / (k - 1))) for k ids; Python's

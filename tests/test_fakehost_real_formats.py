@@ -13,7 +13,6 @@ import pytest
 
 from conftest import FIXTURES
 from fakehost import host_env
-from test_host_scripts import converged, converged_template  # noqa: F401  (fixtures)
 
 H200 = FIXTURES / "facts" / "h200-open-580.159.04"
 FAILURES = json.loads((FIXTURES / "facts" / "h200-tool-failures" / "commands.json").read_text())

@@ -29,10 +29,10 @@ from gpuhosts.render import HEREDOC_END, TEMPLATES, _ENV
 
 GOLDEN_ROOT = Path(__file__).resolve().parent / "golden"
 STACKS = {"kpro5": "kpro5", "trainer": "trainer"}  # stack: host folder
-SHARED = ("common/lib.sh.j2", "vfio_binding/pci.sh.j2", "lxc_gpu_passthrough/container.sh.j2",
-          "common/systemd-show.sh.j2", "common/systemd-repair.sh.j2")
+SHARED = ("common/lib.sh.j2", "vfio_binding/pci.sh.j2", "common/container.sh.j2",
+          "common/systemd-show.sh.j2", "common/systemd-repair.sh.j2", "common/systemd.sh.j2")
 # Every environment's and every download's probe and ensure read what is there with the same functions.
-SHARED += ("container_services/distributions.sh.j2", "container_services/model-files.sh.j2")
+SHARED += ("python_env/distributions.sh.j2", "model_download/model-files.sh.j2")
 # Installed path (inside its container for containers/<vmid>/…) → what the file is and where it is tested.
 ELSEWHERE = {
     "opt/gpuhosts/monitor/app/gpuhosts_monitor/": "a file of gpuhosts_monitor/ under a managed-by header; "
@@ -201,7 +201,7 @@ def test_the_markers_hold_the_values_the_library_was_rendered_with(rendered):
     devices = reviewed(rendered)["commands/ct129-gpu-devices/ensure.sh"]
     assert devices.startswith("# [templates/common/lib.sh.j2 sha256:")
     assert "unit=ct129-gpu-devices]\n" in devices.splitlines(True)[0]
-    assert re.search(r"# \[templates/lxc_gpu_passthrough/container\.sh\.j2 sha256:\w{16} vmid=129 "
+    assert re.search(r"# \[templates/common/container\.sh\.j2 sha256:\w{16} vmid=129 "
                      r"allow_restart=(true|false)\]", devices)
     vfio = reviewed(rendered)["commands/vfio-binding/probe.sh"]
     assert re.search(r"# \[templates/vfio_binding/pci\.sh\.j2 sha256:\w{16}\]", vfio)

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from fakehost import host_env, systemd
-from test_host_scripts import A6000, converged, converged_template  # noqa: F401  (fixtures)
+from simhost import A6000
 
 NODE_UNIT = "gpuhosts-nvidia-uvm.service"
 PERSISTENCED = "gpuhosts-nvidia-persistenced.service"

@@ -18,8 +18,7 @@ from gpuhosts.plans.model_download import plan_model_store
 from gpuhosts.protocol import parse_result
 from gpuhosts.stacks import validate_stack
 from fakehost.installer import make_fake_run
-from test_host_scripts import VERSION, Host, refused
-from test_host_scripts import host  # noqa: F401  (fixture: the seed, as the host tests have it)
+from simhost import VERSION, Host, refused
 
 FIXTURES = Path(__file__).parent / "fixtures/pve"
 CT = "var/lib/lxc/129/rootfs"

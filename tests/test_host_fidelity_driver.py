@@ -18,7 +18,7 @@ from fakehost.installer import make_fake_run
 from fakehost.tree import profile_seed, seed_kpro5
 from fakehost.util import configure
 from gpuhosts.protocol import parse_result
-from test_host_scripts import VERSION, Host, older_driver, refused
+from simhost import VERSION, Host, older_driver, refused
 
 DRIVER = "nvidia-driver"
 NEWER_KERNEL = "6.8.12-9-pve"

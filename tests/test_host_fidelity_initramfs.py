@@ -14,8 +14,7 @@ from fakehost import host_env, kernel
 from fakehost.system import parse_initrd
 from fakehost.util import kernel_release
 from gpuhosts.protocol import parse_result
-from test_host_scripts import A6000, RTX3090_FUNCTIONS, Host
-from test_host_scripts import host  # noqa: F401  (fixture: the seed, as the host tests have it)
+from simhost import A6000, RTX3090_FUNCTIONS, Host
 
 OVERRIDE = "usr/local/lib/gpuhosts/vfio-override.sh"
 

@@ -13,7 +13,7 @@ from fakehost.tree import PROFILES, profile_seed, seed_kpro5
 from gpuhosts.config import ConfigError
 from gpuhosts.protocol import parse_result
 from gpuhosts.stacks import validate_stack
-from test_host_scripts import A6000, RTX3090_FUNCTIONS, VERSION, Host
+from simhost import A6000, RTX3090_FUNCTIONS, VERSION, Host
 
 
 def profile_host(tmp_path, name: str) -> Host:

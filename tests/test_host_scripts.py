@@ -6,121 +6,19 @@ driver, CT 129 running without GPUs, VM 101 running with the first RTX 3090.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from gpuhosts.plans.proxmox_host import plan_host
 from conftest import KPRO5_SECRETS, kpro5_values
-from fakehost import host_env
-from fakehost import kernel
+from fakehost import host_env, kernel
 from fakehost.installer import make_fake_run
-from fakehost.tree import seed_kpro5, tree_digest
-from fakehost.view import HostView
-from gpuhosts.stacks import validate_stack
-from gpuhosts.protocol import ProtocolError, parse_facts, parse_result
+from fakehost.tree import seed_kpro5
+from gpuhosts.plans.proxmox_host import plan_host
+from gpuhosts.protocol import parse_result
 from gpuhosts.provider import OBSERVATION
-from gpuhosts.units import Unit
-
-VERSION = "580.126.09"
-# A probe must change nothing, not even under run/ (a lock file, a reboot marker); only the stand-ins' own logs
-# of what they were asked may differ.
-STAND_IN_LOGS = ("var/log/fakehost",)
-A6000 = ("0000:41:00.0", "0000:61:00.0")
-RTX3090_FUNCTIONS = ("0000:01:00.0", "0000:01:00.1", "0000:21:00.0", "0000:21:00.1")
-
-
-@dataclass
-class Host(HostView):
-    tree: Path
-    run_file: Path
-    sha256: str
-    # The Proxmox VE release the stack declares: the committed one ("stack"), another, or None (not declared).
-    proxmox_release: str | None = "stack"
-
-    def values(self) -> dict:
-        values = kpro5_values()
-        if self.proxmox_release is None:
-            values["host"].pop("proxmoxRelease", None)
-        elif self.proxmox_release != "stack":
-            values["host"]["proxmoxRelease"] = self.proxmox_release
-        values["nvidia"].update(url=f"file://{self.run_file}", sha256=self.sha256)
-        # The host's own units; the services of its container are exercised in test_service_scripts.py.
-        values.pop("services")
-        values.pop("benchmarks", None)  # a benchmark compares services: none without them
-        return values
-
-    def units(self, values: dict | None = None) -> list[Unit]:
-        return plan_host(validate_stack(values or self.values(), KPRO5_SECRETS)).apply_order
-
-    def unit(self, key: str, values: dict | None = None) -> Unit:
-        (found,) = [u for u in self.units(values) if u.key == key]
-        return found
-
-    def run(self, script: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=host_env(self.tree),
-                              timeout=120)
-
-    def apply(self, unit: Unit, operation: str = "ensure") -> str:
-        result = self.run(getattr(unit, operation))
-        assert result.returncode == 0, f"{unit.key} {operation} failed:\n{result.stdout}\n{result.stderr}"
-        # Every ensure and teardown that succeeds ends with its result line (the provider fails a unit without one).
-        parse_result(result.stdout)
-        return result.stdout
-
-    def up(self, values: dict | None = None) -> dict[str, str]:
-        return {unit.key: self.apply(unit) for unit in self.units(values)}
-
-    def destroy(self, values: dict | None = None) -> dict[str, str]:
-        return {unit.key: self.apply(unit, "teardown") for unit in reversed(self.units(values))}
-
-    def probe_output(self, unit: Unit) -> dict:
-        """Everything the unit's probe reports, observations included; the probe must leave the host as it found
-        it."""
-        before = tree_digest(self.tree, exclude=STAND_IN_LOGS)
-        result = self.run(unit.probe)
-        assert result.returncode == 0, f"{unit.key} probe failed:\n{result.stdout}\n{result.stderr}"
-        assert tree_digest(self.tree, exclude=STAND_IN_LOGS) == before, f"{unit.key}'s probe changed the host"
-        return parse_facts(result.stdout)
-
-    def probe(self, unit: Unit) -> dict:
-        """The facts the probe reports that a plan can declare; observations (minors, dynamic majors) left out."""
-        return {k: v for k, v in self.probe_output(unit).items() if not k.startswith(OBSERVATION)}
-
-    def smi_in_container(self, vmid: int = 129) -> subprocess.CompletedProcess:
-        return subprocess.run(["pct", "exec", str(vmid), "--", "nvidia-smi", "--query-gpu=pci.bus_id,driver_version",
-                               "--format=csv,noheader"], capture_output=True, text=True, env=host_env(self.tree))
-
-
-@pytest.fixture
-def host(tmp_path) -> Host:
-    tree = seed_kpro5(tmp_path / "kpro5")
-    run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
-    sha256 = make_fake_run(run_file, VERSION)
-    return Host(tree, run_file, sha256)
-
-
-@pytest.fixture(scope="module")
-def converged_template(tmp_path_factory) -> tuple[Host, str, str]:
-    """One converge from the seed, shared by the tests that start where it ends: (host, start digest, after up)."""
-    root = tmp_path_factory.mktemp("converged")
-    tree = seed_kpro5(root / "kpro5")
-    run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
-    host = Host(tree, run_file, make_fake_run(run_file, VERSION))
-    start = host.digest()
-    host.up()
-    return host, start, host.digest()
-
-
-@pytest.fixture
-def converged(converged_template, tmp_path) -> Host:
-    """A private copy of the converged kpro5, so each test may change it."""
-    template, _start, _after = converged_template
-    shutil.copytree(template.tree, tmp_path / "kpro5", symlinks=True)
-    return Host(tmp_path / "kpro5", template.run_file, template.sha256)
+from gpuhosts.stacks import validate_stack
+from simhost import A6000, RTX3090_FUNCTIONS, VERSION, Host, older_driver, refused
 
 
 def test_up_from_the_seed_reaches_the_kpro5_state(host):
@@ -212,16 +110,6 @@ def test_devices_teardown_reads_the_container_as_it_is_whatever_the_record_says(
     assert not parse_result(converged.apply(converged.unit("ct129-gpu-devices"), "teardown")).changed
 
 
-def refused(host: Host, unit: Unit, words: str, operation: str = "ensure") -> None:
-    before = host.digest()
-    result = host.run(getattr(unit, operation))
-    assert result.returncode != 0, f"{unit.key} should refuse:\n{result.stdout}"
-    assert "refused:" in result.stderr and words in result.stderr, result.stderr
-    with pytest.raises(ProtocolError):
-        parse_result(result.stdout)
-    assert host.digest() == before, f"{unit.key} changed the host while refusing"
-
-
 def test_refuses_to_take_a_gpu_from_a_running_vm(tmp_path):
     tree = seed_kpro5(tmp_path / "kpro5", vms=((101, "win-3090", "0000:01:00", True), (103, "a6000-vm", "0000:41:00", True)))
     run_file = tmp_path / f"NVIDIA-Linux-x86_64-{VERSION}.run"
@@ -274,13 +162,6 @@ def test_persistence_that_can_be_released_is_released_and_the_gpu_moves(converge
     assert len([d for d in host.container_devices() if d[len("/dev/nvidia"):].isdigit()]) == 1
     for unit in host.units(values):
         assert host.probe(unit) == unit.desired, unit.key
-
-
-def older_driver(host: Host, version: str = "570.148.08") -> dict:
-    values = host.values()
-    run_file = host.run_file.with_name(f"NVIDIA-Linux-x86_64-{version}.run")
-    values["nvidia"].update(version=version, url=f"file://{run_file}", sha256=make_fake_run(run_file, version))
-    return values
 
 
 def test_a_new_driver_version_upgrades_host_and_container_together(host):

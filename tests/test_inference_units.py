@@ -16,7 +16,7 @@ import pytest
 
 from gpuhosts.plans.inference_service import engine_args, exec_start, render_service, secret_variable, systemd_word
 from services_data import kpro5_services, kpro5_stack
-from test_units import place, scratch_root, verify  # noqa: F401  (the scratch-root fixture)
+from systemd_scratch import place, verify
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "services"
 SECRET = "sk-gpuhosts-test-4f1c9e"

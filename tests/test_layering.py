@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("checks", ("gpuhosts.compat", "gpuhosts.benchmarks", "gpuhosts.stacks", "gpuhosts.fleet", "gpuhosts.observability")),
     ("plans", ("gpuhosts.plans.*",)),
     ("front", ("gpuhosts.plan", "gpuhosts.cli", "gpuhosts.check", "gpuhosts.diff", "gpuhosts.lock_tool",
-               "gpuhosts.bench", "gpuhosts.bench_cli", "gpuhosts.schema_doc", "gpuhosts.provider",
+               "gpuhosts.bench", "gpuhosts.bench_cli", "gpuhosts.schema_doc", "gpuhosts.probe_batch", "gpuhosts.provider",
                "gpuhosts.upgrades")),
     ("components", ("components.*",)),
     ("program", ("__main__",)),

@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-import http.server
 import json
-import os
 import re
-import shutil
 import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 import zlib
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, PROJECT
-from gpuhosts_monitor.app import MonitorConfig, create_app
+from conftest import PROJECT
 from gpuhosts_monitor.cli import build_parser, config_from_args, main
 from gpuhosts_monitor.parse import LogParser, Point, downsample, key_values, parse_text
 from gpuhosts_monitor.sources import LogFollower, newest_checkpoint, parse_gpus, query_gpus
 from sshhost import free_port
+from monitor_bed import HealthServer, SAFETENSORS, SMI, TOKEN, TRAINING, app_for, fake_nvidia_smi, make_checkpoints, run_chromium
 
-TRAINING = FIXTURES / "training"
-SMI = TRAINING / "nvidia-smi"
-GPU_ARGS = "--query-gpu=index,name,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits"
-TOKEN = "Zq7-test-token-4f1c9e"
 
 
 def fixture_text(name: str) -> str:
@@ -319,17 +311,6 @@ def test_downsample_keeps_ends_and_limit():
 # sources: nvidia-smi, server health, checkpoints
 
 
-def fake_nvidia_smi(tmp_path: Path, output: Path | None = None, rc: int = 0, message: str = "") -> Path:
-    """Answers only the monitor's exact query, the way nvidia-smi does."""
-    script = tmp_path / "nvidia-smi"
-    body = f'cat "{output}"' if output else f'echo "{message}"'
-    script.write_text(
-        "#!/bin/sh\n"
-        f'[ "$*" = "{GPU_ARGS}" ] || {{ echo "unexpected arguments: $*" >&2; exit 2; }}\n'
-        f"{body}\nexit {rc}\n"
-    )
-    script.chmod(0o755)
-    return script
 
 
 def eight_h200(tmp_path: Path) -> Path:
@@ -370,62 +351,13 @@ def test_gpu_readings_not_available():
     assert [(g.utilization_pct, g.memory_used_mib) for g in gpus] == [(None, 1024.0), (None, None)]
 
 
-class HealthServer:
-    """A stand-in for the hidden-state server: /health answers with `code`; every path asked is recorded."""
-
-    def __init__(self, code: int = 200) -> None:
-        self.code = code
-        self.paths: list[str] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's naming
-                outer.paths.append(self.path)
-                status = outer.code if self.path == "/health" else 404
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def health_server():
-    server = HealthServer()
-    yield server
-    server.close()
 
 
 
-def make_checkpoints(root: Path, layout: dict[str, dict]) -> Path:
-    """layout: name -> {"age": seconds ago, "files": {...}, "link": target}."""
-    root.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for name, spec in layout.items():
-        path = root / name
-        if "link" in spec:
-            path.symlink_to(spec["link"])
-            continue
-        path.mkdir()
-        for file, content in spec.get("files", {}).items():
-            (path / file).write_text(content)
-        when = now - spec.get("age", 0)
-        for item in [*path.iterdir(), path]:
-            os.utime(item, (when, when), follow_symlinks=False)
-    return root
 
 
-SAFETENSORS = {"model.safetensors": "weights"}
+
+
 CHECKPOINT_CASES = [
     pytest.param(
         {
@@ -490,32 +422,10 @@ def test_checkpoint_dir_missing(tmp_path):
 # the Flask app
 
 
-# When the tests' logs were last written, and "now" for the app: five seconds later, a run still going.
-LOG_WRITTEN = 1_777_629_702.0  # 2026-05-01T10:01:42Z, the fixtures' last record
-JUST_AFTER = LOG_WRITTEN + 5
 
 
-def served_log(tmp_path: Path, log: Path, written: float = LOG_WRITTEN) -> Path:
-    """A copy of `log` whose mtime is `written`, so the stall rule sees a fixed age (a missing log stays missing)."""
-    if not log.exists():
-        return log
-    copy = tmp_path / "served" / log.name
-    copy.parent.mkdir(exist_ok=True)
-    copy.write_bytes(log.read_bytes())
-    os.utime(copy, (written, written))
-    return copy
 
 
-def app_for(tmp_path: Path, log: Path, server_url: str, now: float = JUST_AFTER, **overrides):
-    smi = overrides.pop("nvidia_smi", None) or fake_nvidia_smi(tmp_path, SMI / "query-gpu-monitor-idle.csv")
-    checkpoints = overrides.pop("checkpoints", None) or make_checkpoints(
-        tmp_path / "ckpt", {"0": {"age": 60, "files": SAFETENSORS}}
-    )
-    config = MonitorConfig(
-        log=served_log(tmp_path, log), checkpoints=checkpoints, server_url=server_url, nvidia_smi=str(smi),
-        cache_s=0, **overrides
-    )
-    return create_app(config, clock=lambda: now)
 
 
 def test_status_numbers_from_fixture(tmp_path, health_server):
@@ -746,13 +656,6 @@ def test_entry_point_refuses_exposed_bind(tmp_path):
 # the page in a real browser
 
 
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path:
-        return path
-    if os.environ.get("GPUHOSTS_ALLOW_NO_CHROMIUM") == "1":
-        pytest.skip("chromium missing and GPUHOSTS_ALLOW_NO_CHROMIUM=1")
-    pytest.fail("chromium is missing: make system-deps installs chromium")
 
 
 def png_facts(path: Path) -> tuple[int, int, int]:
@@ -806,13 +709,6 @@ def served_monitor(tmp_path, health_server):
         proc.wait(timeout=10)
 
 
-def run_chromium(tmp_path: Path, name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-         f"--user-data-dir={tmp_path / ('profile-' + name)}", "--window-size=1280,900",
-         "--virtual-time-budget=5000", *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
 
 
 def test_page_in_headless_chromium(tmp_path, served_monitor):

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuhosts.metrics import catalog
 from gpuhosts.observability import MONITOR_RELEASE
 from gpuhosts_monitor.metrics import CONTENT_TYPE, FAMILIES
-from test_monitor import LOG_WRITTEN, TRAINING, app_for, health_server  # noqa: F401 - a fixture, used by name
-from test_monitor_h200_run import cut
+from monitor_bed import LOG_WRITTEN, TRAINING, app_for
+from h200_run_log import cut
 
 
 def scrape(tmp_path, log, url, age):

@@ -16,20 +16,8 @@ import pytest
 from gpuhosts_monitor.app import STALL_FACTOR, STALL_FLOOR_S, MonitorConfig, create_app
 from gpuhosts_monitor.parse import parse_text
 from gpuhosts_monitor.sources import LogFollower
-from test_monitor import (
-    JUST_AFTER,
-    LOG_WRITTEN,
-    SAFETENSORS,
-    SMI,
-    TRAINING,
-    app_for,
-    fake_nvidia_smi,
-    health_server,  # noqa: F401 - a fixture, used by name
-    make_checkpoints,
-    run_chromium,
-    served_log,
-)
 from werkzeug.serving import make_server
+from monitor_bed import JUST_AFTER, LOG_WRITTEN, SAFETENSORS, SMI, TRAINING, app_for, fake_nvidia_smi, make_checkpoints, run_chromium, served_log
 
 HOURS_3 = 3 * 3600
 

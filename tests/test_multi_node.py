@@ -5,7 +5,6 @@ tests/fixtures/torchrun/parsed.json (tests/verify_torchrun/check_torchrun.py wro
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -14,20 +13,13 @@ from conftest import PROJECT, TRAINER_SECRETS, trainer_values
 from gpuhosts.config import ConfigError
 from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.stacks import validate_trainer_stack
+from multi_node_data import planned, two_nodes
 
 PARSED = PROJECT / "tests" / "fixtures" / "torchrun" / "parsed.json"
 
 
-def two_nodes() -> dict:
-    values = trainer_values()
-    other = copy.deepcopy(values["node"])
-    other.update(name="trainer-2", ssh={**other["ssh"], "host": "192.0.2.41"})
-    values["multiNode"] = {"nodes": [other], "rendezvous": {"host": "10.10.0.40", "id": "dflash-qwen36"}}
-    return values
 
 
-def planned(values: dict) -> dict:
-    return plan_training_node(validate_trainer_stack(values, TRAINER_SECRETS)).summary["multiNode"]
 
 
 def test_every_node_gets_the_same_rendezvous_and_a_server_of_its_own():

@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,11 +40,11 @@ ALLOWLIST = {
     ("common/probe.sh.j2", "fact.probe"):
         "a bash expression built by gpuhosts/facts.py and the components; the values in it are shlex-quoted where "
         "it is built, and the behavioural tests below run the probes with hostile values",
-    ("gate_probe/gate.py.j2", "source"): "gpuhosts/hostside/gate_probe.py verbatim: code of this repository",
+    ("common/hostside-script.py.j2", "source"): "gpuhosts/hostside/gate_probe.py verbatim: code of this repository",
     ("benchmark/bench.py.j2", "source"): "gpuhosts/hostside/bench_probe.py verbatim: code of this repository",
     ("ddtree_reference/ddtree-result.py.j2", "source"): "gpuhosts/hostside/ddtree_result.py verbatim",
-    ("training_node/check-hidden-states.py.j2", "source"): "gpuhosts/hostside/hidden_state_check.py verbatim",
-    ("training_node/check-drafter-config.py.j2", "source"): "gpuhosts/hostside/drafter_config.py verbatim",
+    ("hidden_state_server/check-hidden-states.py.j2", "source"): "gpuhosts/hostside/hidden_state_check.py verbatim",
+    ("drafter_convert/check-drafter-config.py.j2", "source"): "gpuhosts/hostside/drafter_config.py verbatim",
     ("benchmark/prompts.json.j2", "text"):
         "the whole document is json.dumps of the plan's data (gpuhosts/plans/benchmark.py prompts_file): JSON's own "
         "encoder writes every value",
@@ -288,7 +289,7 @@ def test_every_allowlist_entry_is_still_needed():
 ])
 def test_the_lint_catches_each_kind_of_mistake(template, problem, tmp_path, monkeypatch):
     """The check above can fail: each way of letting a value through is reported with file and line."""
-    import test_rendering_rule as rule
+    rule = sys.modules[__name__]
 
     (tmp_path / "bad.sh.j2").write_text(template)
     monkeypatch.setattr(rule, "TEMPLATES", tmp_path)
@@ -395,7 +396,7 @@ def trainer_changes(canary: Path) -> dict:
 
 
 def all_scripts(graph) -> list[tuple[str, str]]:
-    from test_shellcheck import inner_scripts
+    from embedded_scripts import inner_scripts
 
     found = []
     for unit in graph:
@@ -419,7 +420,7 @@ def check_syntax(scripts: list[tuple[str, str]], tmp_path: Path) -> None:
 def check_units(graph, tmp_path: Path) -> None:
     """Every unit parses clean, and the hostile text arrives in it only escaped: `$` doubled on ExecStart=, `%`
     doubled everywhere but in comments."""
-    from test_units import place, verify
+    from systemd_scratch import place, verify
 
     root = tmp_path / "units"
     shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
@@ -500,7 +501,7 @@ def test_kpro5_with_hostile_values_converges_and_tears_down_on_the_simulated_hos
     from fakehost.installer import make_fake_run
     from fakehost.tree import seed_kpro5
     from sshhost import free_port
-    from test_service_scripts import API_KEY, SECRETS
+    from services_data import API_KEY, SECRETS
 
     run_file = tmp_path / "NVIDIA-Linux-x86_64-580.126.09.run"
     base = kpro5_values()

@@ -391,7 +391,7 @@ def test_a_container_cannot_make_the_host_reboot_or_skip_a_teardown(tmp_path):
     (bin_dir / "pct").write_text('#!/bin/bash\ncase "$1" in status) echo "status: running" ;;\n'
                                  '  exec) shift 3; exec "$@" ;; esac\n')
     (bin_dir / "pct").chmod(0o755)
-    script = render("container_services/in-container.sh.j2", unit="ct129-env-qwen-sglang", vmid=129,
+    script = render("common/in-container.sh.j2", unit="ct129-env-qwen-sglang", vmid=129,
                     inner=FORGED.rstrip("\n"), secret=None, teardown=False)
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin"})

@@ -30,14 +30,12 @@ from gpuhosts.protocol import ProtocolError, parse_facts, parse_result
 from gpuhosts.provider import refreshed_facts
 from gpuhosts.units import Unit
 from sshhost import free_port
+from services_data import API_KEY, HF_TOKEN, SECRETS
 
 VERSION = "580.126.09"
 # A probe must change nothing, not even under run/ (a lock file, a reboot marker); only the stand-ins' own logs
 # of what they were asked may differ.
 STAND_IN_LOGS = ("var/log/fakehost",)
-HF_TOKEN = "hf_ServiceTestToken5f9d2c"
-API_KEY = "sk-service-test-key-81b3e7"
-SECRETS = {"hfToken": HF_TOKEN, "llmApiKey": API_KEY}
 CT = "var/lib/lxc/129/rootfs"
 
 

@@ -16,6 +16,7 @@ from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.stacks import validate_stack
 from gpuhosts.stacks import validate_trainer_stack
+from embedded_scripts import inner_scripts
 
 
 def variants():
@@ -40,9 +41,6 @@ def variants():
 SCRIPTS = ("ensure", "teardown", "probe")
 
 
-def inner_scripts(text: str) -> list[str]:
-    """Scripts a command runs inside a container: shellcheck does not read into a quoted here-document."""
-    return [part.split("\nGPUHOSTS_INNER\n", 1)[0] for part in text.split("<<'GPUHOSTS_INNER'\n")[1:]]
 
 
 def scripts():

@@ -88,7 +88,7 @@ def test_a_unit_as_installed_is_left_alone(tree):
 
 def test_a_teardown_leaves_the_drop_ins_it_did_not_write(tree):
     write(tree, f"{UNITS}/{UNIT}.d/override.conf")
-    teardown = render("training_node/unit-teardown.sh.j2", unit="serve", unit_name=UNIT, keeps="nothing else.",
+    teardown = render("common/node-unit-teardown.sh.j2", unit="serve", unit_name=UNIT, keeps="nothing else.",
                       remove=[f"/{UNITS}/{UNIT}"], delete_dirs=[])
     assert run(tree, f"systemctl enable -q --now {UNIT}").returncode == 0
     result = run(tree, teardown)

@@ -6,10 +6,6 @@ stand-in at every absolute path a unit runs, since those binaries come with the 
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +14,8 @@ from gpuhosts.plans.proxmox_host import plan_host
 from gpuhosts.plans.training_node import plan_training_node
 from gpuhosts.stacks import validate_stack
 from gpuhosts.stacks import validate_trainer_stack
+from systemd_scratch import place, verify
 
-SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 
 
 def units():
@@ -29,27 +25,10 @@ def units():
     return [pytest.param(f, id=f.path) for f in files if f.path.endswith(".service")]
 
 
-def verify(root: Path, unit: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["systemd-analyze", "verify", f"--root={root}", str(unit)], capture_output=True, text=True)
 
 
-@pytest.fixture
-def scratch_root(tmp_path) -> Path:
-    assert shutil.which("systemd-analyze"), "systemd-analyze is missing: `make system-deps` installs it"
-    shutil.copytree(SYSTEM_UNITS, tmp_path / "usr/lib/systemd/system", symlinks=True)
-    return tmp_path
 
 
-def place(root: Path, path: str, content: str) -> Path:
-    target = root / path.lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content)
-    for command in re.findall(r"^Exec\w*=[-@!+]*(/\S+)", content, flags=re.M):
-        stand_in = root / command.lstrip("/")
-        stand_in.parent.mkdir(parents=True, exist_ok=True)
-        stand_in.write_text("#!/bin/sh\n")
-        stand_in.chmod(0o755)
-    return target
 
 
 @pytest.mark.parametrize("unit", units())

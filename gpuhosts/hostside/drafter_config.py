@@ -4,7 +4,7 @@ A DFlash drafter conditions on the hidden states of a few target layers, fixed w
 derived, never guessed: ids evenly spaced from layer 1 to layer N-3 of the target's N layers (Qwen3.6-27B: N = 64,
 five ids → [1, 16, 31, 46, 61]). A drafter's config.json, when at hand, must agree.
 
-The training node also runs this file verbatim (templates/training_node/check-drafter-config.py.j2, standard
+The training node also runs this file verbatim (templates/drafter_convert/check-drafter-config.py.j2, standard
 library only): after the download it compares the drafter's config.json — its mask token, layer types and sliding
 window, which the stack may omit and then takes from it — with what the stack declares, and after the conversion
 the speculators checkpoint's config with the same values.

@@ -9,7 +9,7 @@ gauges of length and rate (SGLang), or counters of drafts, draft tokens and acce
 and after the timed request so earlier traffic does not count. Thresholds come from the service's `gate:` settings.
 
 This module runs in two places: imported by gpuhosts (tests, rendering) and, verbatim, as the gate script inside
-the container (templates/gate_probe/gate.py.j2); gpuhosts/plans/deploy_gate.py runs it, with the engine's own Python. So it needs only the standard
+the container (templates/common/hostside-script.py.j2); gpuhosts/plans/deploy_gate.py runs it, with the engine's own Python. So it needs only the standard
 library and `prometheus_client`, which both engines depend on.
 """
 

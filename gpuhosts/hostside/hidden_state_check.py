@@ -22,7 +22,7 @@ lock file to wait. This module does the same, polled against a deadline, reads t
 and then removes both as cleanup_hidden_states does. Lock files whose data file is gone and that nobody holds are
 swept from the directory (the trainer deletes what it read and leaves the locks).
 
-Like the deploy gate's probe, this file runs verbatim on the node (templates/training_node/check-hidden-states.py.j2)
+Like the deploy gate's probe, this file runs verbatim on the node (templates/hidden_state_server/check-hidden-states.py.j2)
 with any Python 3: it reads the safetensors format itself (an 8-byte little-endian header length, a JSON header
 naming each tensor's dtype, shape and byte range, then the raw bytes), so it needs no package.
 """

@@ -139,10 +139,10 @@ def plan_dataset_prepare(stack: TrainerStack, key: str, speculators: EnvSpec, ve
                   smoke=smoke)
     unit = Unit(
         key=key, kind="DatasetPrepare",
-        ensure=render("training_node/dataset-prepare.sh.j2", **values),
-        teardown=render("training_node/dataset-prepare-teardown.sh.j2", unit=key, name=dataset.name, target=target,
+        ensure=render("dataset_mix/dataset-prepare.sh.j2", **values),
+        teardown=render("dataset_mix/dataset-prepare-teardown.sh.j2", unit=key, name=dataset.name, target=target,
                         remove=[PREPARE_SCRIPT], lib_dir=LIB_DIR, delete=dataset.delete_on_destroy),
-        probe=render_probe(key, facts, prelude=render("training_node/dataset-prepare-probe.sh.j2")),
+        probe=render_probe(key, facts, prelude=render("dataset_mix/dataset-prepare-probe.sh.j2")),
         desired=desired(facts), needs=needs, files=(script,), stdin_secret=secret,
         content=(tokenized, *([smoke["dir"]] if smoke is not None else [])),
         undoes=f"script {PREPARE_SCRIPT} removed; data set {dataset.name} prepared in {target} "

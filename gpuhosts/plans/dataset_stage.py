@@ -25,9 +25,9 @@ def plan_dataset_stage(stack: TrainerStack, key: str, needs: tuple[str, ...]) ->
         content_fact(target),
     ]
     unit = Unit(key=key, kind="DatasetStage",
-                ensure=render("training_node/dataset-stage.sh.j2", unit=key, dataset=dataset, target=target),
-                teardown=render("training_node/dataset-teardown.sh.j2", unit=key, dataset=dataset, target=target),
-                probe=render_probe(key, facts, prelude=render("training_node/dataset-probe.sh.j2")),
+                ensure=render("dataset_stage/dataset-stage.sh.j2", unit=key, dataset=dataset, target=target),
+                teardown=render("dataset_stage/dataset-teardown.sh.j2", unit=key, dataset=dataset, target=target),
+                probe=render_probe(key, facts, prelude=render("dataset_stage/dataset-probe.sh.j2")),
                 desired=desired(facts), needs=needs, content=(target,),
                 undoes=f"data set {dataset.name} in {target} "
                 + ("deleted (dataset.deleteOnDestroy)" if dataset.delete_on_destroy else

@@ -98,9 +98,9 @@ def plan_deploy_gate(service: ServiceConfig, service_step: Unit, driver: EngineD
                   record=f"{GATES_DIR}/{unit}", passed=passed)
     facts = gate_facts(unit, service, values["python"], settings, passed, values["env_file"], values["key_variable"])
     return Unit(key=unit, kind="DeployGate",
-                ensure=in_container(unit, service.container, render("container_services/gate.sh.j2", **values)),
+                ensure=in_container(unit, service.container, render("deploy_gate/gate.sh.j2", **values)),
                 teardown=in_container(unit, service.container,
-                                      render("container_services/gate-teardown.sh.j2", **values), teardown=True),
+                                      render("deploy_gate/gate-teardown.sh.j2", **values), teardown=True),
                 probe=probe_in(unit, service.container, facts),
                 desired=desired(facts),
                 needs=(service_step.key,),

@@ -63,7 +63,7 @@ def plan_drafter_convert(stack: TrainerStack, ids: LayerIds, speculators: EnvSpe
     part_dir = f"{output}.part"
     convert = speculators_driver.convert(version, speculators.venv, drafter_dir, verifier_dir, part_dir)
     check_script = HostFile(DRAFTER_CHECK_SCRIPT, render(
-        "training_node/check-drafter-config.py.j2", path=DRAFTER_CHECK_SCRIPT,
+        "drafter_convert/check-drafter-config.py.j2", path=DRAFTER_CHECK_SCRIPT,
         source=Path(drafter_config.__file__).read_text().rstrip("\n")), "0755")
     declared = declared_drafter(training, ids)
     marker = f"{training.drafter.repo}@{training.drafter.revision} {speculators.requirement}"
@@ -72,7 +72,7 @@ def plan_drafter_convert(stack: TrainerStack, ids: LayerIds, speculators: EnvSpe
                   marker), converted_config_fact(output), content_fact(output)]
     unit = Unit(
         key=KEY, kind="DrafterConvert",
-        ensure=render("training_node/drafter-convert.sh.j2", unit=KEY, drafter_repo=training.drafter.repo,
+        ensure=render("drafter_convert/drafter-convert.sh.j2", unit=KEY, drafter_repo=training.drafter.repo,
                       drafter_dir=drafter_dir, output=output, part=part_dir, marker=marker,
                       program=convert.program, version=version, python=speculators.interpreter,
                       config_record=CONFIG_RECORD,
@@ -80,7 +80,7 @@ def plan_drafter_convert(stack: TrainerStack, ids: LayerIds, speculators: EnvSpe
                       needs=[f"{drafter_dir}/.gpuhosts-download", f"{verifier_dir}/.gpuhosts-download",
                              convert.command[0]],
                       environment=convert.environment, command=list(convert.command), argv=list(convert.argv)),
-        teardown=render("training_node/drafter-convert-teardown.sh.j2", unit=KEY, output=output,
+        teardown=render("drafter_convert/drafter-convert-teardown.sh.j2", unit=KEY, output=output,
                         part=part_dir, remove=[DRAFTER_CHECK_SCRIPT], lib_dir=LIB_DIR,
                         delete=training.drafter.delete_on_destroy),
         probe=render_probe(KEY, facts, prelude=render("common/content.sh.j2")), desired=desired(facts), needs=needs,

@@ -65,7 +65,7 @@ def pins(exporter: Exporter) -> dict[str, tuple[str, str]]:
 
 def plan_exporter(exporter: Exporter, needs: tuple[str, ...]) -> Unit:
     unit_file = HostFile(f"/etc/systemd/system/{exporter.unit_name}", render(
-        "exporters/exporter.service.j2", summary=f"{exporter.description} on {exporter.listen}",
+        "exporter/exporter.service.j2", summary=f"{exporter.description} on {exporter.listen}",
         description=f"{exporter.description} on {exporter.listen} (gpuhosts)", documentation=exporter.documentation,
         user=exporter.user, argv=list(exporter.argv)))
     files = [*exporter.extra_files, unit_file]
@@ -85,8 +85,8 @@ def plan_exporter(exporter: Exporter, needs: tuple[str, ...]) -> Unit:
                   key=lambda d: (-len(d), d))
     return Unit(
         key=exporter.key, kind=exporter.kind,
-        ensure=render("exporters/ensure.sh.j2", **values),
-        teardown=render("exporters/teardown.sh.j2", **values, remove=[f.path for f in files], empty_dirs=dirs),
+        ensure=render("exporter/ensure.sh.j2", **values),
+        teardown=render("exporter/teardown.sh.j2", **values, remove=[f.path for f in files], empty_dirs=dirs),
         probe=render_probe(exporter.key, facts), desired=desired(facts), needs=needs, files=tuple(files),
         undoes=(f"{exporter.unit_name} stopped and removed with its {len(files)} file(s); "
                 f"{', '.join(exporter.packages)} purged and {exporter.package_unit} unmasked only where gpuhosts "

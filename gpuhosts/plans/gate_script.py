@@ -12,5 +12,5 @@ GATE_SCRIPT = "/usr/local/lib/gpuhosts/deploy-gate.py"
 
 
 def render_gate_script() -> HostFile:
-    return HostFile(GATE_SCRIPT, render("gate_probe/gate.py.j2", path=GATE_SCRIPT,
+    return HostFile(GATE_SCRIPT, render("common/hostside-script.py.j2", path=GATE_SCRIPT,
                                         source=Path(gate_probe.__file__).read_text().rstrip("\n")), "0755")

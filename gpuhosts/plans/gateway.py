@@ -130,7 +130,7 @@ def render_gateway(service: ServiceConfig) -> tuple[HostFile, ...]:
                   version=service.gateway.version, workers=worker_urls(service), argv=argv,
                   workdir=gateway_env(service).home, environment_file=environment_file(service))
     launcher = render("gateway/smg-launch.py.j2", key_variable=KEY_VARIABLE)
-    script = render("gate_probe/gate.py.j2", path=WORKERS_SCRIPT,
+    script = render("common/hostside-script.py.j2", path=WORKERS_SCRIPT,
                     source=Path(gateway_workers.__file__).read_text().rstrip("\n"))
     return (HostFile(f"/etc/systemd/system/{gateway_unit_name(service)}", unit),
             HostFile(LAUNCHER, launcher, "0755"), HostFile(WORKERS_SCRIPT, script, "0755"))
@@ -156,8 +156,8 @@ def plan_gateway(service: ServiceConfig, needs: tuple[str, ...]) -> Unit:
              secret_file_fact(unit, env_file, secret, KEY_VARIABLE)]
     return Unit(
         key=unit, kind="Gateway",
-        ensure=in_container(unit, vmid, render("container_services/service.sh.j2", **values), secret=secret),
-        teardown=in_container(unit, vmid, render("container_services/service-teardown.sh.j2", **values),
+        ensure=in_container(unit, vmid, render("common/container-service.sh.j2", **values), secret=secret),
+        teardown=in_container(unit, vmid, render("common/container-service-teardown.sh.j2", **values),
                               teardown=True),
         probe=probe_in(unit, vmid, facts), desired=desired(facts), needs=needs, files=files, stdin_secret=secret,
         container=vmid,

@@ -51,9 +51,9 @@ def state_probe(stack: TrainerStack, server: HiddenStateServer, vllm_env: EnvSpe
 def plan_hidden_state_check(server: HiddenStateServer, probe: StateProbe) -> Unit:
     """The server's digest is part of the script, so a changed server is checked again and an unchanged one not."""
     return check_unit(KEY, "HiddenStateCheck",
-                      render("training_node/hidden-state-check.sh.j2", unit=KEY, server_digest=server.unit.digest,
+                      render("hidden_state_gate/hidden-state-check.sh.j2", unit=KEY, server_digest=server.unit.digest,
                              **probe.values()),
-                      render("training_node/preflight-teardown.sh.j2", unit=KEY), (server.unit.key,),
+                      render("common/nothing.sh.j2", unit=KEY, reason="it only checks"), (server.unit.key,),
                       [health_fact(probe.server_url)])
 
 

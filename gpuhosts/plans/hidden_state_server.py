@@ -56,19 +56,19 @@ def plan_hidden_state_server(stack: TrainerStack, ids: LayerIds, speculators: En
         (vllm_env.interpreter, "-m", "vllm.entrypoints.cli.main", "serve"),
         tuple(speculators_driver.served_vllm_argv(verifier_dir, states_dir, ids.server, vllm_args)), environment)
     unit_file = HostFile(f"/etc/systemd/system/{SERVER_UNIT}", render(
-        "training_node/server.service.j2", vllm_version=training.vllm.version, gpus=server.gpus, ids=ids,
+        "hidden_state_server/server.service.j2", vllm_version=training.vllm.version, gpus=server.gpus, ids=ids,
         verifier_repo=training.verifier.repo, workdir=speculators.checkout,
         environment=dict(sorted(environment.items())), argv=launch.words))
-    check_script = HostFile(CHECK_SCRIPT, render("training_node/check-hidden-states.py.j2", path=CHECK_SCRIPT,
+    check_script = HostFile(CHECK_SCRIPT, render("hidden_state_server/check-hidden-states.py.j2", path=CHECK_SCRIPT,
                                                  source=Path(hidden_state_check.__file__).read_text().rstrip("\n")),
                             "0755")
     files = [unit_file, check_script]
     unit = service_unit(
         KEY, "HiddenStateServer", SERVER_UNIT, files,
-        render("training_node/unit.sh.j2", unit=KEY, unit_name=SERVER_UNIT,
+        render("common/node-unit.sh.j2", unit=KEY, unit_name=SERVER_UNIT,
                summary=f"The hidden-state server on GPUs {list(server.gpus)}.", files=files,
                needs=[launch.command[1], f"{verifier_dir}/.gpuhosts-download"], secret_file=None),
-        render("training_node/unit-teardown.sh.j2", unit=KEY, unit_name=SERVER_UNIT,
+        render("common/node-unit-teardown.sh.j2", unit=KEY, unit_name=SERVER_UNIT,
                keeps="the hidden states it cached are the training's to delete.",
                remove=[unit_file.path, check_script.path], delete_dirs=[]),
         needs, keeps=f"hidden states in {states_dir} kept; verifier weights kept by their own unit")

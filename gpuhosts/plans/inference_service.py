@@ -132,8 +132,8 @@ def plan_inference_service(service: ServiceConfig, stack: StackConfig, needs: tu
     return Unit(
         key=unit,
         kind="InferenceService",
-        ensure=in_container(unit, service.container, render("container_services/service.sh.j2", **values), secret=secret),
-        teardown=in_container(unit, service.container, render("container_services/service-teardown.sh.j2", **values),
+        ensure=in_container(unit, service.container, render("common/container-service.sh.j2", **values), secret=secret),
+        teardown=in_container(unit, service.container, render("common/container-service-teardown.sh.j2", **values),
                               teardown=True),
         probe=probe_in(unit, service.container, facts),
         desired=desired(facts),

@@ -6,7 +6,7 @@ runs. After a download the weights' config.json is checked against what the plan
 (the target's layer count, a DFlash drafter's `target_layer_ids` and sliding-window layers).
 With `weightsOn: host` the directory lies on host storage that ModelStore bind-mounts into the container.
 The probe reads the files themselves: a small file against the Hub's blob id hf recorded for it, a weight file by
-its size and a sampled digest recorded when its download completed (templates/container_services/model-files.sh.j2);
+its size and a sampled digest recorded when its download completed (templates/model_download/model-files.sh.j2);
 `gpuhosts check --deep` reads every file whole against the Hub's listing (`deep_probe`).
 """
 
@@ -108,7 +108,7 @@ def download_slug(download: Download) -> str:
     return f"{cleaned}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
-# What the files of a download read as when they are what it fetched (templates/container_services/model-files.sh.j2).
+# What the files of a download read as when they are what it fetched (templates/model_download/model-files.sh.j2).
 SMALL_FILES_AS_FETCHED = "as the Hub's blobs"
 WEIGHTS_AS_FETCHED = "as downloaded"
 
@@ -117,7 +117,7 @@ def download_files_facts(directory: str) -> list[Fact]:
     """The downloaded files themselves: each small file against the Hub's blob id hf recorded for it, each weight
     file's size and sampled digest against what its download recorded. A config.json edited by hand (a drafter's
     sliding_window) or a shard cut short shows, naming the file."""
-    setup = (render("container_services/model-files.sh.j2").rstrip("\n"),)
+    setup = (render("model_download/model-files.sh.j2").rstrip("\n"),)
     quoted = shlex.quote(directory)
     return [Fact(f"small files of {directory}", f"small_files_state {quoted}", SMALL_FILES_AS_FETCHED, setup),
             Fact(f"weight files of {directory}", f"weights_state {quoted}", WEIGHTS_AS_FETCHED, setup)]
@@ -148,8 +148,8 @@ def plan_model_download(vmid: int | None, download: Download, needs: tuple[str, 
     return Unit(
         key=unit,
         kind="ModelDownload",
-        ensure=in_container(unit, vmid, render("container_services/model-download.sh.j2", **values), secret=secret),
-        teardown=in_container(unit, vmid, render("container_services/model-download-teardown.sh.j2", **values),
+        ensure=in_container(unit, vmid, render("model_download/model-download.sh.j2", **values), secret=secret),
+        teardown=in_container(unit, vmid, render("model_download/model-download-teardown.sh.j2", **values),
                               teardown=True),
         probe=probe_in(unit, vmid, facts),
         desired=desired(facts),
@@ -176,8 +176,8 @@ def deep_facts(hub: HubFiles, listing: list[dict]) -> list[Fact]:
     files = [entry for entry in listing if entry.get("type") == "file"]
     lfs = [entry["path"] for entry in files if entry.get("lfs")]
     directory = shlex.quote(hub.directory)
-    setup = (render("container_services/model-files.sh.j2").rstrip("\n"),
-             render("container_services/model-deep-check.sh.j2", directory=hub.directory, lfs_paths=lfs,
+    setup = (render("model_download/model-files.sh.j2").rstrip("\n"),
+             render("model_download/model-deep-check.sh.j2", directory=hub.directory, lfs_paths=lfs,
                     parallel=DEEP_PARALLEL).rstrip("\n"))
     facts = []
     for entry in files:
@@ -219,9 +219,9 @@ def plan_model_store(container: ContainerConfig, needs: tuple[str, ...]) -> Unit
     return Unit(
         key=unit,
         kind="ModelStore",
-        ensure=render("container_services/model-store.sh.j2", **values),
-        teardown=render("container_services/model-store-teardown.sh.j2", **values),
-        probe=probe_in(unit, None, facts, prelude=render("container_services/model-store-probe.sh.j2", **values)),
+        ensure=render("model_download/model-store.sh.j2", **values),
+        teardown=render("model_download/model-store-teardown.sh.j2", **values),
+        probe=probe_in(unit, None, facts, prelude=render("model_download/model-store-probe.sh.j2", **values)),
         desired=desired(facts),
         needs=needs,
         undoes=(f"mount point of {store.host_path} removed from CT {container.vmid} (at its next restart); "

@@ -49,7 +49,7 @@ def plan_preflight(stack: TrainerStack) -> Unit:
     present = [stack.model_dir(training.verifier), stack.model_dir(training.drafter), stack.dataset_dir,
                stack.checkpoints]
     return check_unit(PREFLIGHT, "Preflight",
-                      render("training_node/preflight.sh.j2", unit=PREFLIGHT, node=stack.node,
+                      render("node_preflight/preflight.sh.j2", unit=PREFLIGHT, node=stack.node,
                              need_gb=disk_needed_gb(stack), present_dirs=present),
-                      render("training_node/preflight-teardown.sh.j2", unit=PREFLIGHT), (),
+                      render("common/nothing.sh.j2", unit=PREFLIGHT, reason="it only checks"), (),
                       preflight_facts(stack))

@@ -56,12 +56,12 @@ def in_container(unit: str, vmid: int | None, inner: str, *, secret: str | None 
     if size > MAX_INNER_SCRIPT:
         raise ValueError(f"unit {unit}: its script inside container {vmid} is {size} bytes; `pct exec -- bash -c` takes "
                          f"at most {MAX_INNER_SCRIPT} (MAX_ARG_STRLEN)")
-    return render("container_services/in-container.sh.j2", unit=unit, vmid=vmid, inner=inner.rstrip("\n"),
+    return render("common/in-container.sh.j2", unit=unit, vmid=vmid, inner=inner.rstrip("\n"),
                   secret=secret, teardown=teardown)
 
 
 def distributions_desired(pins: list[str]) -> str:
-    """What `distributions_state` (templates/container_services/distributions.sh.j2) prints for a venv holding
+    """What `distributions_state` (templates/python_env/distributions.sh.j2) prints for a venv holding
     exactly `pins`."""
     digest = hashlib.sha256("".join(f"{pin}\n" for pin in pins).encode()).hexdigest()[:16]
     return f"{len(pins)} distributions sha256:{digest}"
@@ -89,7 +89,7 @@ class Distributions:
     @property
     def setup(self) -> tuple[str, ...]:
         wanted = "\n".join(self.pins)
-        return (render("container_services/distributions.sh.j2").rstrip("\n"),
+        return (render("python_env/distributions.sh.j2").rstrip("\n"),
                 f"distributions_wanted[{shlex.quote(self.venv)}]={shlex.quote(wanted)}")
 
     def facts(self, env: EnvSpec) -> list[Fact]:
@@ -129,8 +129,8 @@ def plan_env(unit: str, env: EnvSpec, vmid: int | None, needs: tuple[str, ...], 
     return Unit(
         key=unit,
         kind=kind,
-        ensure=in_container(unit, vmid, render("container_services/python-env.sh.j2", **values)),
-        teardown=in_container(unit, vmid, render("container_services/python-env-teardown.sh.j2", **values),
+        ensure=in_container(unit, vmid, render("python_env/python-env.sh.j2", **values)),
+        teardown=in_container(unit, vmid, render("python_env/python-env-teardown.sh.j2", **values),
                               teardown=True),
         probe=probe_in(unit, vmid, facts),
         desired=desired(facts),

@@ -72,24 +72,24 @@ def plan_training_job(stack: TrainerStack, ids: LayerIds, num_verifier_layers: i
                      command=smoke_trainer.command, train_args=smoke_groups, from_pretrained=smoke_trainer.argv[-2],
                      key=hashlib.sha256(json.dumps([smoke_trainer.words, drafter.dir]).encode()).hexdigest()[:16])
     script = HostFile(script_path, render(
-        "training_node/train.sh.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
+        "training_job/train.sh.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
         server_gpus=training.server.gpus, unit_name=TRAINING_UNIT, num_verifier_layers=num_verifier_layers,
         num_layers=hyper.num_layers, ids=ids, save=save, start_from=drafter.dir,
         command=trainer.command, train_args=groups, from_pretrained=trainer.argv[-2],
         environment=environment, smoke=smoke, **probe.values()), "0755")
     log = f"{save}/train.log"
     job_unit = HostFile(f"/etc/systemd/system/{TRAINING_UNIT}", render(
-        "training_node/training.service.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
+        "training_job/training.service.j2", verifier_repo=training.verifier.repo, gpus=training.training_gpus,
         server_unit=SERVER_UNIT, workdir=save, script=script_path, log=log))
     delete_dirs = [d for d in (save, smoke and smoke["save"]) if d] if training.delete_checkpoints_on_destroy else []
     unit = service_unit(
         KEY, "TrainingJob", TRAINING_UNIT, [script, job_unit],
-        render("training_node/unit.sh.j2", unit=KEY, unit_name=TRAINING_UNIT,
+        render("common/node-unit.sh.j2", unit=KEY, unit_name=TRAINING_UNIT,
                summary=f"torchrun on GPUs {list(training.training_gpus)}; checkpoints in {save}.",
                files=[script, job_unit], needs=[data.ready, f"{drafter.dir}/.gpuhosts-convert",
                                                 *([f"{data.smoke_path}/.gpuhosts-prepare"] if smoke else [])],
                secret_file=None, make_dirs=[save]),
-        render("training_node/unit-teardown.sh.j2", unit=KEY, unit_name=TRAINING_UNIT,
+        render("common/node-unit-teardown.sh.j2", unit=KEY, unit_name=TRAINING_UNIT,
                keeps="checkpoints stay unless trainingCheckpoints say otherwise.",
                remove=[job_unit.path, script.path], delete_dirs=delete_dirs,
                empty_dirs=[script_path.rsplit("/", 1)[0], SERVICE_ROOT]),

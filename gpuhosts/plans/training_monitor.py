@@ -40,15 +40,15 @@ def plan_training_monitor(stack: TrainerStack, monitor_env: EnvSpec, log: str, s
     if token_file:
         argv += ["--token-file", token_file]
     unit_file = HostFile(f"/etc/systemd/system/{MONITOR_UNIT}", render(
-        "training_node/monitor.service.j2", bind=monitor.bind, port=monitor.port, token_file=token_file,
+        "training_monitor/monitor.service.j2", bind=monitor.bind, port=monitor.port, token_file=token_file,
         workdir=app_dir, argv=argv))
     files = [*app_files, unit_file]
     return service_unit(
         KEY, "TrainingMonitor", MONITOR_UNIT, files,
-        render("training_node/unit.sh.j2", unit=KEY, unit_name=MONITOR_UNIT,
+        render("common/node-unit.sh.j2", unit=KEY, unit_name=MONITOR_UNIT,
                summary=f"The monitoring web UI on {monitor.bind}:{monitor.port}.", files=files,
                needs=[monitor_env.interpreter], secret_file=token_file),
-        render("training_node/unit-teardown.sh.j2", unit=KEY, unit_name=MONITOR_UNIT,
+        render("common/node-unit-teardown.sh.j2", unit=KEY, unit_name=MONITOR_UNIT,
                keeps="it only reads the training.", remove=[unit_file.path, *(f.path for f in app_files),
                                                           *([token_file] if token_file else [])],
                delete_dirs=[], empty_dirs=["/etc/gpuhosts"]),

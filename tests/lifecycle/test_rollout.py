@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROLLOUT_FIGURES
 from engine import ApplyError
 from fakehost import engines
 from fakehost.util import configure
@@ -33,7 +34,7 @@ from sshhost.bed import PROJECT, SECRETS, Bed, names
 from replicas_data import replica_stack
 from verify_gateway.run import install_env, site_packages
 
-FIGURES = PROJECT / "build" / "rollout-figures.json"
+FIGURES = ROLLOUT_FIGURES
 SERVICE = "qwen-sglang"
 REPLICAS = ("qwen-sglang", "qwen-sglang-r1", "qwen-sglang-r2")
 # One GPU per replica: both RTX A6000 and the second RTX 3090, which the stack moves into CT 129 for the third.

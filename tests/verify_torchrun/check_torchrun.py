@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/verify_torchrun/check_torchrun.py [--python build/engines/speculators-0.7.0-py3.12/bin/python]
 
-The project's interpreter plans the two-node example of tests/test_multi_node.py; the speculators environment's
+The project's interpreter plans the two-node example of tests/multi_node_data.py; the speculators environment's
 interpreter (the locked one `make verify-engines` installs into build/engines/, torch 2.13.0 in speculators 0.7.0's
 lock) imports torch.distributed.run and runs `get_args_parser().parse_args(argv)` and `config_from_args(args)`,
 what `torchrun` itself does before it launches (torch/distributed/run.py `run`). It ends with one line,
@@ -49,7 +49,7 @@ def main() -> int:
         print(f"{args.python} is missing: run `make verify-engines` first (it installs speculators' lock)")
         return 2
     sys.path[:0] = [str(PROJECT / "tests"), str(PROJECT)]
-    from test_multi_node import planned, two_nodes
+    from multi_node_data import planned, two_nodes
 
     plan = planned(two_nodes())
     argvs = {json.dumps(node["argv"]) for node in plan["nodes"]}

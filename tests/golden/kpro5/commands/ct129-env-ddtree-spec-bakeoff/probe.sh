@@ -6,7 +6,7 @@ probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-env-ddtree-spec-bakeoff]
 # The probe of ct129-env-ddtree-spec-bakeoff: reads the host and changes nothing; prints one facts line.
-# [templates/container_services/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
+# [templates/python_env/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
 distributions_wanted[/opt/gpuhosts/ddtree-spec-bakeoff/venv]='accelerate==1.15.0
 annotated-doc==0.0.7
 annotated-types==0.8.0

@@ -1,5 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gpu-devices]
-# [templates/lxc_gpu_passthrough/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
+# [templates/common/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
 # node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
 # PVE::INotify::nodename does (`hostname` may print an FQDN).
 node_name() {
@@ -129,7 +129,7 @@ guest_table() {
 }
 guests_error=""
 guests_cts="$(guest_table)" || { guests_error="${guests_cts//$'\n'/ }"; guests_cts=""; }
-# vm_table (vfio_binding/vms.sh.j2): every VM's PCI ids with its status.
+# vm_table (common/vms.sh.j2): every VM's PCI ids with its status.
 vm_table="$(vm_table)" || { guests_error="${guests_error:+$guests_error; }${vm_table//$'\n'/ }"; vm_table=""; }
 
 # guest_rows ADDRESS — "CT <vmid> <key> <path>" for each running container given the GPU's node

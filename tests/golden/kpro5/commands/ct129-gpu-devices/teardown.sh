@@ -1,5 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gpu-devices]
-# [templates/lxc_gpu_passthrough/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
+# [templates/common/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
 
 gpus=(0000:41:00.0 0000:61:00.0)
 

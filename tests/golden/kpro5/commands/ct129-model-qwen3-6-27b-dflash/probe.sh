@@ -6,7 +6,7 @@ probed_vmid=129
 inner_facts="$(pct exec "$probed_vmid" -- bash -c "$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-model-qwen3-6-27b-dflash]
 # The probe of ct129-model-qwen3-6-27b-dflash: reads the host and changes nothing; prints one facts line.
-# [templates/container_services/model-files.sh.j2 sha256:92c97dab60fceda2]
+# [templates/model_download/model-files.sh.j2 sha256:92c97dab60fceda2]
 fact 'file /opt/gpuhosts/downloads/requirements.lock' "$( { file_state /opt/gpuhosts/downloads/requirements.lock; } 2>/dev/null || true)"
 fact 'weights /srv/models/Qwen3.6-27B-DFlash' "$( { cat "$root"/srv/models/Qwen3.6-27B-DFlash/.gpuhosts-download || echo missing; } 2>/dev/null || true)"
 fact 'small files of /srv/models/Qwen3.6-27B-DFlash' "$( { small_files_state /srv/models/Qwen3.6-27B-DFlash; } 2>/dev/null || true)"

@@ -18,6 +18,7 @@ fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-service-qwen-sglang]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # Inside container 129: the systemd unit of service qwen-sglang (enabled).
 unit_name=gpuhosts-qwen-sglang.service
 enabled=true
@@ -42,7 +43,7 @@ install_file /usr/local/lib/gpuhosts/sglang-serve.py 0755 <<'GPUHOSTS_EOF'
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:4d4dcfc158fa1e6e]
+# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:0a15fac49f18579f]
 GPUHOSTS_EOF
 }
 systemd_repair "$unit_name"
@@ -65,33 +66,12 @@ if ! { [ "$(wc -l < "$root$admin_env_file" 2>/dev/null)" = 1 ] &&
   note_change "made the admin key of $unit_name's administrative endpoints ($admin_env_file)"
   restart=1
 fi
-if [ "$restart" = 1 ]; then
-  systemctl daemon-reload
-fi
-
 if [ "$enabled" = true ]; then
-  if ! systemctl is-enabled --quiet "$unit_name"; then
-    systemctl enable --quiet "$unit_name"
-    note_change "enabled $unit_name"
-  fi
-  if ! systemctl is-active --quiet "$unit_name"; then
-    systemctl start "$unit_name"
-    note_change "started $unit_name"
-  elif [ "$restart" = 1 ]; then
-    systemctl restart "$unit_name"
-    note_change "restarted $unit_name with its new settings"
-  fi
-  systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+  systemd_running "$unit_name" "$restart"
   say "$unit_name is running; the deploy gate checks that it serves"
 else
-  if systemctl is-active --quiet "$unit_name"; then
-    systemctl stop "$unit_name"
-    note_change "stopped $unit_name (enabled: false)"
-  fi
-  if systemctl is-enabled --quiet "$unit_name"; then
-    systemctl disable --quiet "$unit_name"
-    note_change "disabled $unit_name"
-  fi
+  [ "$restart" = 0 ] || systemctl daemon-reload
+  systemd_stopped "$unit_name" "enabled: false"
   say "$unit_name is installed and stopped (enabled: false)"
 fi
 finish

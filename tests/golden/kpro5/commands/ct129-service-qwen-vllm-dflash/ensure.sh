@@ -18,6 +18,7 @@ fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-service-qwen-vllm-dflash]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # Inside container 129: the systemd unit of service qwen-vllm-dflash (installed stopped).
 unit_name=gpuhosts-qwen-vllm-dflash.service
 enabled=false
@@ -38,7 +39,7 @@ install_file /etc/systemd/system/gpuhosts-qwen-vllm-dflash.service 0644 <<'GPUHO
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:4d4dcfc158fa1e6e]
+# [content: containers/129/usr/local/lib/gpuhosts/deploy-gate.py.sha256 sha256:0a15fac49f18579f]
 GPUHOSTS_EOF
 }
 systemd_repair "$unit_name"
@@ -51,33 +52,12 @@ IFS= read -r key || true
 printf '%s=%s\n' VLLM_API_KEY "$key" | install_file /etc/gpuhosts/qwen-vllm-dflash.env 0600
 unset key
 [ "$file_changed" = 0 ] || restart=1
-if [ "$restart" = 1 ]; then
-  systemctl daemon-reload
-fi
-
 if [ "$enabled" = true ]; then
-  if ! systemctl is-enabled --quiet "$unit_name"; then
-    systemctl enable --quiet "$unit_name"
-    note_change "enabled $unit_name"
-  fi
-  if ! systemctl is-active --quiet "$unit_name"; then
-    systemctl start "$unit_name"
-    note_change "started $unit_name"
-  elif [ "$restart" = 1 ]; then
-    systemctl restart "$unit_name"
-    note_change "restarted $unit_name with its new settings"
-  fi
-  systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+  systemd_running "$unit_name" "$restart"
   say "$unit_name is running; the deploy gate checks that it serves"
 else
-  if systemctl is-active --quiet "$unit_name"; then
-    systemctl stop "$unit_name"
-    note_change "stopped $unit_name (enabled: false)"
-  fi
-  if systemctl is-enabled --quiet "$unit_name"; then
-    systemctl disable --quiet "$unit_name"
-    note_change "disabled $unit_name"
-  fi
+  [ "$restart" = 0 ] || systemctl daemon-reload
+  systemd_stopped "$unit_name" "enabled: false"
   say "$unit_name is installed and stopped (enabled: false)"
 fi
 finish

@@ -15,16 +15,10 @@ if [ "$status" != running ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-service-qwen-vllm-dflash]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # Inside container 129: stop and remove service qwen-vllm-dflash; models and environments have their own teardown.
 unit_name=gpuhosts-qwen-vllm-dflash.service
-if systemctl is-active --quiet "$unit_name"; then
-  systemctl stop "$unit_name"
-  note_change "stopped $unit_name"
-fi
-if systemctl is-enabled --quiet "$unit_name" 2>/dev/null; then
-  systemctl disable --quiet "$unit_name"
-  note_change "disabled $unit_name"
-fi
+systemd_stopped "$unit_name"
 remove_file /etc/systemd/system/gpuhosts-qwen-vllm-dflash.service
 remove_file /etc/gpuhosts/qwen-vllm-dflash.env
 # Files shared by the services go with the last gpuhosts unit; the services' lock makes "the last" one answer.

@@ -1,5 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=dcgm-exporter]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # NVIDIA DCGM exporter (datacenter-gpu-manager-4-core=1:4.5.3-1, datacenter-gpu-manager-exporter=4.8.2-1) on 127.0.0.1:9400
 unit_name=gpuhosts-dcgm-exporter.service
 package_unit=nvidia-dcgm-exporter.service
@@ -66,18 +67,6 @@ install_file /etc/systemd/system/gpuhosts-dcgm-exporter.service 0644 <<'GPUHOSTS
 # [content: etc/systemd/system/gpuhosts-dcgm-exporter.service sha256:ef2608dadc183d4c]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
-[ "$restart" = 0 ] || systemctl daemon-reload
-if ! systemctl is-enabled --quiet "$unit_name"; then
-  systemctl enable --quiet "$unit_name"
-  note_change "enabled $unit_name"
-fi
-if ! systemctl is-active --quiet "$unit_name"; then
-  systemctl start "$unit_name"
-  note_change "started $unit_name"
-elif [ "$restart" = 1 ]; then
-  systemctl restart "$unit_name"
-  note_change "restarted $unit_name with its new settings"
-fi
-systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+systemd_running "$unit_name" "$restart"
 say "$unit_name is running on "127.0.0.1:9400
 finish

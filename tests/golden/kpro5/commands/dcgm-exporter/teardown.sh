@@ -1,15 +1,9 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=dcgm-exporter]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # Stop and remove gpuhosts-dcgm-exporter.service and its files; the packages and the mask only where gpuhosts put them.
 unit_name=gpuhosts-dcgm-exporter.service
 state="$state_dir/"dcgm-exporter.state
-if systemctl is-active --quiet "$unit_name"; then
-  systemctl stop "$unit_name"
-  note_change "stopped $unit_name"
-fi
-if systemctl is-enabled --quiet "$unit_name" 2>/dev/null; then
-  systemctl disable --quiet "$unit_name"
-  note_change "disabled $unit_name"
-fi
+systemd_stopped "$unit_name"
 remove_file /etc/gpuhosts/monitoring/dcgm-exporter/gpuhosts-counters.csv
 remove_file /etc/systemd/system/gpuhosts-dcgm-exporter.service
 rmdir "$root"/etc/gpuhosts/monitoring/dcgm-exporter 2>/dev/null || true

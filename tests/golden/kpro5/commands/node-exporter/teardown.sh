@@ -1,15 +1,9 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=node-exporter]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # Stop and remove gpuhosts-node-exporter.service and its files; the packages and the mask only where gpuhosts put them.
 unit_name=gpuhosts-node-exporter.service
 state="$state_dir/"node-exporter.state
-if systemctl is-active --quiet "$unit_name"; then
-  systemctl stop "$unit_name"
-  note_change "stopped $unit_name"
-fi
-if systemctl is-enabled --quiet "$unit_name" 2>/dev/null; then
-  systemctl disable --quiet "$unit_name"
-  note_change "disabled $unit_name"
-fi
+systemd_stopped "$unit_name"
 remove_file /etc/systemd/system/gpuhosts-node-exporter.service
 if [ -f "$state" ]; then
   packages="$(sed -n 's/^installed_packages=//p' "$state" | tr '\n' ' ')"

@@ -1,5 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=nvidia-driver]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 
 version=580.126.09
 persistenced_unit_name=gpuhosts-nvidia-persistenced.service
@@ -201,16 +202,9 @@ systemd_repair "$persistenced_unit_name"
 install_file /etc/systemd/system/gpuhosts-nvidia-persistenced.service 0644 <<'GPUHOSTS_EOF'
 # [content: etc/systemd/system/gpuhosts-nvidia-persistenced.service sha256:daf5c359557f55d6]
 GPUHOSTS_EOF
-if [ "$file_changed" = 1 ] || [ "$systemd_repaired" = 1 ]; then
-  systemctl daemon-reload
-fi
-if ! systemctl is-enabled --quiet "$persistenced_unit_name" || ! systemctl is-active --quiet "$persistenced_unit_name"; then
-  systemctl enable --now "$persistenced_unit_name"
-  note_change "enabled $persistenced_unit_name"
-elif [ "$systemd_repaired" = 1 ]; then
-  systemctl restart "$persistenced_unit_name"
-  note_change "restarted $persistenced_unit_name as its unit file says"
-fi
+# A new unit file is read at the next start; what was done beside it (a drop-in, a mask) is undone at once.
+[ "$file_changed" = 0 ] || [ "$systemd_repaired" = 1 ] || systemctl daemon-reload
+systemd_running "$persistenced_unit_name" "$systemd_repaired"
 
 installed="$(userspace_version)"
 [ "$installed" = "$version" ] || refuse "after installing, user space is ${installed:-absent}, not $version"

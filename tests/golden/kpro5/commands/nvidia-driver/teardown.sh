@@ -1,4 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=nvidia-driver]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 
 version=580.126.09
 persistenced_unit_name=gpuhosts-nvidia-persistenced.service
@@ -6,10 +7,7 @@ run_file=NVIDIA-Linux-x86_64-580.126.09.run
 cache="$root/var/cache/gpuhosts"
 state="$state_dir/nvidia-driver.state"
 
-if systemctl is-enabled --quiet "$persistenced_unit_name" || systemctl is-active --quiet "$persistenced_unit_name"; then
-  systemctl disable --now "$persistenced_unit_name"
-  note_change "disabled $persistenced_unit_name"
-fi
+systemd_stopped "$persistenced_unit_name"
 remove_file /etc/systemd/system/gpuhosts-nvidia-persistenced.service
 if [ "$file_changed" = 1 ]; then
   systemctl daemon-reload

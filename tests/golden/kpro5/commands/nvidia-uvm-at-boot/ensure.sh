@@ -1,5 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=nvidia-uvm-at-boot]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 uvm_unit_name=gpuhosts-nvidia-uvm.service
 container_gpus=(0000:41:00.0 0000:61:00.0)
 
@@ -20,19 +21,11 @@ systemd_repair "$uvm_unit_name"
 install_file /etc/systemd/system/gpuhosts-nvidia-uvm.service 0644 <<'GPUHOSTS_EOF'
 # [content: etc/systemd/system/gpuhosts-nvidia-uvm.service sha256:dc8e245113452c67]
 GPUHOSTS_EOF
+uvm_restart=0
 if [ "$file_changed" = 1 ] || [ "$systemd_repaired" = 1 ]; then
-  systemctl daemon-reload
+  uvm_restart=1
 fi
-if ! systemctl is-enabled --quiet "$uvm_unit_name" || ! systemctl is-active --quiet "$uvm_unit_name"; then
-  systemctl enable --now "$uvm_unit_name"
-  note_change "enabled $uvm_unit_name"
-elif [ "$file_changed" = 1 ]; then
-  systemctl restart "$uvm_unit_name"
-  note_change "restarted $uvm_unit_name for its new unit file"
-elif [ "$systemd_repaired" = 1 ]; then
-  systemctl restart "$uvm_unit_name"
-  note_change "restarted $uvm_unit_name as its unit file says"
-fi
+systemd_running "$uvm_unit_name" "$uvm_restart"
 # A oneshot unit stays "active" while its nodes go away (a driver upgrade unloads the module): make them again.
 missing=()
 while read -r node; do

@@ -1,5 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=dflash-training]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # torchrun on GPUs [4, 5, 6, 7]; checkpoints in /data/checkpoints/Qwen3.6-27B-DFlash.
 unit_name=gpuhosts-dflash-training.service
 restart=0
@@ -18,18 +19,6 @@ install_file /etc/systemd/system/gpuhosts-dflash-training.service 0644 <<'GPUHOS
 # [content: etc/systemd/system/gpuhosts-dflash-training.service sha256:bb8e2d5307e69b97]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
-[ "$restart" = 0 ] || systemctl daemon-reload
-if ! systemctl is-enabled --quiet "$unit_name"; then
-  systemctl enable --quiet "$unit_name"
-  note_change "enabled $unit_name"
-fi
-if ! systemctl is-active --quiet "$unit_name"; then
-  systemctl start "$unit_name"
-  note_change "started $unit_name"
-elif [ "$restart" = 1 ]; then
-  systemctl restart "$unit_name"
-  note_change "restarted $unit_name with its new settings"
-fi
-systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+systemd_running "$unit_name" "$restart"
 say "$unit_name is running"
 finish

@@ -85,7 +85,7 @@ for path in "${needs[@]}"; do
   [ -e "$root$path" ] || refuse "$path is missing; the step that provides it comes first"
 done
 install_file /usr/local/lib/gpuhosts/check-drafter-config.py 0755 <<'GPUHOSTS_EOF'
-# [content: usr/local/lib/gpuhosts/check-drafter-config.py.sha256 sha256:bd1cca8f04d64a71]
+# [content: usr/local/lib/gpuhosts/check-drafter-config.py.sha256 sha256:c4300d9b3ab2abf4]
 GPUHOSTS_EOF
 
 # check_config FILE WHAT — the values to train with, or every disagreement with the stack (naming its field).

@@ -13,7 +13,7 @@ from_git=false
 uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
 marker="$root$venv/.gpuhosts-requirement"
-# [templates/container_services/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
+# [templates/python_env/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
 # The lock's distributions, as the venv must hold them (the probe's facts "distributions in …" and "… in …").
 distributions_wanted[$venv]='blinker==1.9.0
 click==8.5.1

@@ -1,6 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=env-monitor]
 # The probe of env-monitor: reads the host and changes nothing; prints one facts line.
-# [templates/container_services/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
+# [templates/python_env/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
 distributions_wanted[/opt/gpuhosts/monitor/venv]='blinker==1.9.0
 click==8.5.1
 flask==3.1.3

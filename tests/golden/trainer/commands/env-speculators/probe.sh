@@ -1,6 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=env-speculators]
 # The probe of env-speculators: reads the host and changes nothing; prints one facts line.
-# [templates/container_services/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
+# [templates/python_env/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
 distributions_wanted[/opt/gpuhosts/speculators/venv]='aiohappyeyeballs==2.7.1
 aiohttp==3.14.5
 aiosignal==1.4.0

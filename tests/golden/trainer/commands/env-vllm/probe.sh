@@ -1,6 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=env-vllm]
 # The probe of env-vllm: reads the host and changes nothing; prints one facts line.
-# [templates/container_services/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
+# [templates/python_env/distributions.sh.j2 sha256:7edbe6e9b44dc81f]
 distributions_wanted[/opt/gpuhosts/vllm/venv]='agent-detector==2.0.0
 aiohappyeyeballs==2.7.1
 aiohttp==3.14.5

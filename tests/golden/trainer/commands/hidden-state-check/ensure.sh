@@ -1,5 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=hidden-state-check]
-# Pre-flight after the hidden-state server (step a1d4907f1530007d) starts: refuse to train on states of which
+# Pre-flight after the hidden-state server (step 7bdfb1fddcebc657) starts: refuse to train on states of which
 # a layer is all zero or not finite.
 # probe_hidden_states — wait for the hidden-state server, make it extract one short sample, and check that each layer
 # it extracts (2,17,32,47,62,64) is non-zero and finite in what it wrote. Shared by the pre-flight step and

@@ -1,5 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=hidden-state-server]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # The hidden-state server on GPUs [0, 1, 2, 3].
 unit_name=gpuhosts-hidden-state-server.service
 restart=0
@@ -14,21 +15,9 @@ install_file /etc/systemd/system/gpuhosts-hidden-state-server.service 0644 <<'GP
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/check-hidden-states.py 0755 <<'GPUHOSTS_EOF'
-# [content: usr/local/lib/gpuhosts/check-hidden-states.py.sha256 sha256:a8de22387231097c]
+# [content: usr/local/lib/gpuhosts/check-hidden-states.py.sha256 sha256:83ee62c01dbea9a5]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
-[ "$restart" = 0 ] || systemctl daemon-reload
-if ! systemctl is-enabled --quiet "$unit_name"; then
-  systemctl enable --quiet "$unit_name"
-  note_change "enabled $unit_name"
-fi
-if ! systemctl is-active --quiet "$unit_name"; then
-  systemctl start "$unit_name"
-  note_change "started $unit_name"
-elif [ "$restart" = 1 ]; then
-  systemctl restart "$unit_name"
-  note_change "restarted $unit_name with its new settings"
-fi
-systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+systemd_running "$unit_name" "$restart"
 say "$unit_name is running"
 finish

@@ -11,7 +11,7 @@ uv_home="$root"/opt/gpuhosts/.uv
 uv="$uv_home/bin/uv"
 tools=/opt/gpuhosts/downloads
 hf_requirement=huggingface_hub==0.36.0
-# [templates/container_services/model-files.sh.j2 sha256:92c97dab60fceda2]
+# [templates/model_download/model-files.sh.j2 sha256:92c97dab60fceda2]
 record="$root$local_dir/.gpuhosts-weights"
 
 # drop_differing — each file a refresh would find changed (a small file not the Hub's blob, a weight file whose

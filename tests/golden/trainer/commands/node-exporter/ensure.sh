@@ -1,5 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=node-exporter]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # Prometheus node exporter (prometheus-node-exporter) on 127.0.0.1:9100
 unit_name=gpuhosts-node-exporter.service
 package_unit=prometheus-node-exporter.service
@@ -62,18 +63,6 @@ install_file /etc/systemd/system/gpuhosts-node-exporter.service 0644 <<'GPUHOSTS
 # [content: etc/systemd/system/gpuhosts-node-exporter.service sha256:d7235bbfab817fdc]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
-[ "$restart" = 0 ] || systemctl daemon-reload
-if ! systemctl is-enabled --quiet "$unit_name"; then
-  systemctl enable --quiet "$unit_name"
-  note_change "enabled $unit_name"
-fi
-if ! systemctl is-active --quiet "$unit_name"; then
-  systemctl start "$unit_name"
-  note_change "started $unit_name"
-elif [ "$restart" = 1 ]; then
-  systemctl restart "$unit_name"
-  note_change "restarted $unit_name with its new settings"
-fi
-systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+systemd_running "$unit_name" "$restart"
 say "$unit_name is running on "127.0.0.1:9100
 finish

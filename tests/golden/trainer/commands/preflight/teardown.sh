@@ -1,4 +1,3 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=preflight]
-# It only checks: nothing to remove.
-say "nothing to remove"
+say 'nothing to remove: it only checks'
 finish

@@ -1,5 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=training-monitor]
 # [templates/common/systemd-repair.sh.j2 sha256:aba09a78c43e4685]
+# [templates/common/systemd.sh.j2 sha256:30f788557a9ed861]
 # The monitoring web UI on 127.0.0.1:8686.
 unit_name=gpuhosts-training-monitor.service
 restart=0
@@ -34,7 +35,7 @@ install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/metrics.py 0644 <<'GPUHO
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py 0644 <<'GPUHOSTS_EOF'
-# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py.sha256 sha256:5c61161b9394d6ba]
+# [content: opt/gpuhosts/monitor/app/gpuhosts_monitor/parse.py.sha256 sha256:7709c6f85a83d211]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /opt/gpuhosts/monitor/app/gpuhosts_monitor/sources.py 0644 <<'GPUHOSTS_EOF'
@@ -49,18 +50,6 @@ install_file /etc/systemd/system/gpuhosts-training-monitor.service 0644 <<'GPUHO
 # [content: etc/systemd/system/gpuhosts-training-monitor.service sha256:6ea0ef9d7c97facd]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
-[ "$restart" = 0 ] || systemctl daemon-reload
-if ! systemctl is-enabled --quiet "$unit_name"; then
-  systemctl enable --quiet "$unit_name"
-  note_change "enabled $unit_name"
-fi
-if ! systemctl is-active --quiet "$unit_name"; then
-  systemctl start "$unit_name"
-  note_change "started $unit_name"
-elif [ "$restart" = 1 ]; then
-  systemctl restart "$unit_name"
-  note_change "restarted $unit_name with its new settings"
-fi
-systemctl is-active --quiet "$unit_name" || refuse "$unit_name did not start; see journalctl -u $unit_name"
+systemd_running "$unit_name" "$restart"
 say "$unit_name is running"
 finish
