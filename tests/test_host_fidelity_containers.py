@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KPRO5_SECRETS, kpro5_values
-from fakehost.pve import ct_seen_devices
+from fakehost.util import ct_seen_devices
 from fakehost.tree import seed_kpro5
 from fakehost.util import configure
 from gpuhosts.plans.model_download import plan_model_store

@@ -25,6 +25,9 @@ COMMANDS = {  # program -> (module, function)
 def main(prog, argv):
     import importlib
     mod, fn = COMMANDS[prog]
+    if prog == "systemctl" and [a for a in argv if not a.startswith("-")][:1] == ["reboot"]:
+        # systemctl(1) reboot: the host's reboot, as `reboot` itself (the boot model stands above systemd's).
+        mod, fn = COMMANDS["reboot"]
     if prog == "fakehost-sysfs-hook":
         argv = ["sysfs-hook", *argv]
     return run_main(getattr(importlib.import_module(f"fakehost.{mod}"), fn), argv)

@@ -28,7 +28,8 @@ from pathlib import Path
 from engine_standin import Engine, handler_for
 
 from . import PKG, host_env, kernel
-from .util import Fail, container, root, settings, tree, unprefix, write
+from .programs import map_program
+from .util import Fail, container, ct_seen_devices, root, settings, tree, unprefix, write
 
 STATE = "run/fakehost/engines"
 LOGS = "var/log/fakehost"
@@ -128,7 +129,6 @@ def restart_wanted(policy: str, rc: int) -> bool:
 def spawn(r, name, unit: dict, argv: list, env: dict) -> None:
     """Run ExecStart's words (container paths, resolved under ``r`` as ``pct exec`` resolves them) under a
     supervisor in a new session, as systemd forks a service's main process."""
-    from .system import map_program
 
     def inside(a):
         return str(r / a.lstrip("/")) if a.startswith("/") and (r / a.lstrip("/")).exists() else a
@@ -237,7 +237,6 @@ def stop_all(t) -> None:
 def container_gpus(t, vmid) -> list:
     """The container's GPU nodes (``/dev/nvidia<minor>`` it was given at start) in PCI bus order, which is the
     order CUDA counts them in with CUDA_DEVICE_ORDER=PCI_BUS_ID."""
-    from .pve import ct_seen_devices
     by_minor = {m: a for a, m in kernel.nv_gpus(t)}
     nodes = []
     for path, rdev in ct_seen_devices(t, vmid):

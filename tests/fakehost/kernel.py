@@ -185,9 +185,16 @@ def holders_of(r, addr) -> list:
     return why
 
 
+# What a running VM holds: the functions QEMU was started with, recorded by `qm start` beside its pid (a running
+# VM's config may change since; its devices do not until it stops).
+VM_RUN = "run/qemu-server"
+
+
 def running_vms_using(r, addr) -> list:
-    from .pve import vm_functions, vm_running, vmids  # late: pve builds on this module
-    return [v for v in vmids(r, "qemu-server") if vm_running(r, v) and addr in vm_functions(r, v)]
+    run = r / VM_RUN
+    held = {int(pid.stem): run / f"{pid.stem}.functions" for pid in run.glob("*.pid")} if run.is_dir() else {}
+    return sorted(vmid for vmid, functions in held.items()
+                  if functions.exists() and addr in json.loads(functions.read_text()))
 
 
 def unbind(r, addr, drv=None):

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 from . import kernel
-from .pve import ct_seen_devices
-from .util import Fail, container, root, settings, tree, unprefix, write
+from .util import Fail, container, ct_seen_devices, root, settings, tree, unprefix, write
 
 NOT_LOADED = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
               "latest NVIDIA driver is installed and running.\n")

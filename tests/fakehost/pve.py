@@ -14,8 +14,10 @@ import shutil
 import subprocess
 import sys
 
-from . import host_env, kernel
-from .util import Fail, root, settings, write
+from . import engines, host_env, kernel, systemd
+from .programs import map_program
+from .system import modprobe
+from .util import Fail, ct_seen_devices, root, settings, write
 
 CT, VM = "lxc", "qemu-server"
 
@@ -245,7 +247,6 @@ DEV_HOTPLUG_SINCE = (6, 0, 4)
 
 
 def pve_container_version(r) -> tuple:
-    from .util import settings
     version = settings(r).get("pve_container_version", PVE_CONTAINER_VERSION)
     return tuple(int(n) for n in re.findall(r"\d+", version)[:3])
 
@@ -370,8 +371,7 @@ def sync_mounts(r, vmid, want: dict):
 
 def ct_power_off(r, vmid):
     """What goes with the container's processes: its engines, its mounts and its tmpfs."""
-    from .engines import stop_container
-    stop_container(ct_root(r, vmid))
+    engines.stop_container(ct_root(r, vmid))
     sync_mounts(r, vmid, {})
     shutil.rmtree(ct_root(r, vmid) / "run", ignore_errors=True)
 
@@ -397,7 +397,6 @@ def ct_start(r, vmid):
     write(r / f"run/lxc/{vmid}.devices", json.dumps(seen) + "\n")
     sync_mounts(r, vmid, binds)
     write(r / f"run/lxc/{vmid}.running", f"{kernel.new_pid(r)}\n")
-    from . import systemd
     croot = ct_root(r, vmid)
     for u in systemd.enabled_units(croot):
         systemd.start(croot, u, {"FAKEHOST_TREE": str(r), "FAKEHOST_CONTAINER": str(vmid)})
@@ -415,16 +414,10 @@ def ct_stop(r, vmid):
     kernel.save(r, st)
 
 
-def ct_seen_devices(t, vmid) -> list:
-    p = t / f"run/lxc/{vmid}.devices"
-    return json.loads(p.read_text()) if p.exists() else []
-
-
 def vm_start(r, vmid):
     """Proxmox binds the VM's functions to vfio-pci at start (and leaves them there afterwards)."""
     if vm_running(r, vmid):
         raise Fail(f"VM {vmid} already running", 255)
-    from .system import modprobe
     modprobe(r, "vfio_pci")
     for a in vm_functions(r, vmid):
         if kernel.driver_of(r, a) not in (None, "vfio-pci"):
@@ -433,11 +426,13 @@ def vm_start(r, vmid):
             kernel.add_dynid(r, "vfio-pci", kernel.pci_id(r, a))
         if kernel.driver_of(r, a) != "vfio-pci":
             raise Fail(f"Cannot bind {a} to vfio\nstart failed: QEMU exited with code 1", 255)
-    write(r / f"run/qemu-server/{vmid}.pid", f"{kernel.new_pid(r)}\n")
+    write(r / kernel.VM_RUN / f"{vmid}.functions", json.dumps(vm_functions(r, vmid)))
+    write(r / kernel.VM_RUN / f"{vmid}.pid", f"{kernel.new_pid(r)}\n")
 
 
 def vm_stop(r, vmid):
-    (r / f"run/qemu-server/{vmid}.pid").unlink(missing_ok=True)
+    (r / kernel.VM_RUN / f"{vmid}.pid").unlink(missing_ok=True)
+    (r / kernel.VM_RUN / f"{vmid}.functions").unlink(missing_ok=True)
 
 
 # ---- pct ------------------------------------------------------------------------------------------------
@@ -641,7 +636,6 @@ def pct_exec(r, vmid, argv):
     if not ct_running(r, vmid):
         raise Fail(f"container '{vmid}' not running!", 255)
     croot = ct_root(r, vmid)
-    from .system import map_program
 
     # container paths name files on the container's disk; programs the stand-ins provide stay stand-ins
     def inside(a):

@@ -96,3 +96,9 @@ def run_main(fn, argv=None) -> int:
         if e.msg:
             print(e.msg, file=sys.stderr)
         return e.code
+
+
+def ct_seen_devices(t, vmid) -> list:
+    """The device nodes a container got at its start (`pct start` records them in run/lxc/<vmid>.devices)."""
+    p = t / f"run/lxc/{vmid}.devices"
+    return json.loads(p.read_text()) if p.exists() else []
