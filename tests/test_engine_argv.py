@@ -81,7 +81,7 @@ def cases():
         yield pytest.param(bumped(service, NEWEST[engine]), id=f"{service.name}-{NEWEST[engine]}")
 
 
-@pytest.mark.parametrize("service", cases())
+@pytest.mark.parametrize("service", list(cases()))
 def test_every_rendered_flag_is_one_the_release_parses(service):
     engine, version = service.engine.name, service.engine.version
     table = fixture(engine, version)
@@ -89,7 +89,7 @@ def test_every_rendered_flag_is_one_the_release_parses(service):
     assert argv_problems(flag_words(engine, argv), table["flags"], engine) == [], f"{engine} {version}: {argv}"
 
 
-@pytest.mark.parametrize("service", cases())
+@pytest.mark.parametrize("service", list(cases()))
 def test_every_engine_variable_the_unit_sets_is_one_the_release_reads(service):
     engine, version = service.engine.name, service.engine.version
     known = set(fixture(engine, version)["environment"])

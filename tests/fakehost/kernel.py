@@ -185,8 +185,9 @@ def holders_of(r, addr) -> list:
     return why
 
 
-# What a running VM holds: the functions QEMU was started with, recorded by `qm start` beside its pid (a running
-# VM's config may change since; its devices do not until it stops).
+# What a running VM holds: the functions QEMU was started with, recorded by `qm start` beside its pid. A running
+# VM's hostpciN changes wait as pending ones for its next start (qemu-server src/PVE/API2/Qemu.pm: hostpci is not
+# hotpluggable), and QEMU keeps the vfio devices it opened until it exits.
 VM_RUN = "run/qemu-server"
 
 
