@@ -9,6 +9,7 @@ import pytest
 
 from realengine import Stack
 from sshhost.bed import Bed
+from sshhost.fleet import Fleet
 
 pytestmark = pytest.mark.pulumi
 COUNTERS = re.compile(r"^gpuhosts-provider: ssh_commands=(\d+) cpu_s=([\d.]+)$")
@@ -64,3 +65,17 @@ def test_a_refresh_reads_the_host_in_one_command_and_stores_what_each_probe_alon
         assert drifted and all(name.startswith("ct129") for name in drifted), drifted
     finally:
         bed.close()
+
+
+def test_a_refresh_of_two_hosts_sends_one_command_to_each(project, tmp_path):
+    fleet = Fleet.seed(tmp_path / "fleet", 2)
+    try:
+        stack = Stack(project, "batch-fleet", "kpro5", fleet.values(migrated=False), fleet.secrets())
+        stack.up()
+        lines, _ = refreshed(stack, batch=True)
+        assert commands_sent(lines) == 2
+        batches = sorted(line.split()[1] for line in lines if line.startswith("gpuhosts-batch: "))
+        assert batches == sorted(f"{host.ssh.user}@{host.ssh.host}:{host.ssh.port}" for host in fleet.hosts), lines
+        assert stack.preview().changed() == {}
+    finally:
+        fleet.close()
