@@ -11,10 +11,17 @@ gives it (its signature was checked before): each probe runs in a process of its
 its output and status kept apart by byte length, so its answer is what the probe alone would give. Anything else,
 a probe the state holds from an older release, a config that does not plan, a host that cannot be reached, is
 read alone, as before. `GPUHOSTS_REFRESH_BATCH=0` reads every unit alone (to see one probe's own command).
+
+A refresh's config is the one the state saved, and the state is not trusted (gpuhosts/provider.py, signatures): an
+edited config would plan other probes. So every ensure and teardown leaves on the host an attestation of the
+host's probes as that run's config plans them, an HMAC keyed by the stack's SSH key (`attestation`), and the batch
+runs only when the host holds the attestation of exactly the probes it carries; else nothing of it runs.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import secrets as random_words
@@ -97,15 +104,32 @@ def planned_probes(config: dict[str, Any]) -> dict[HostKey, dict[str, PlannedPro
     return found
 
 
-def batch_script(probes: list[PlannedProbe], boundary: str, parallel: int = PARALLEL) -> str:
+def attestation(private_key: str, host: HostKey, probes: list[PlannedProbe]) -> str:
+    """The stack key's HMAC of a host's probes: what an ensure leaves on the host, and what a batch must find."""
+    key = hashlib.sha256(b"gpuhosts probe plan\0" + private_key.strip().encode()).digest()
+    listed = [list(host)] + [[p.unit, hashlib.sha256(p.script.encode()).hexdigest(), p.limit_s]
+                             for p in sorted(probes, key=lambda p: p.unit)]
+    return hmac.new(key, json.dumps(listed, separators=(",", ":")).encode(), hashlib.sha256).hexdigest()
+
+
+def batch_script(probes: list[PlannedProbe], boundary: str, expected: str, parallel: int = PARALLEL) -> str:
     """The one script that runs `probes` on the host, each under its own limit, and prints each one's status,
-    stdout and stderr framed by `boundary` and their byte lengths."""
+    stdout and stderr framed by `boundary` and their byte lengths; only where the host holds `expected`, their
+    attestation."""
     # A probe holding the here-document's end line is refused by the template's `heredoc` filter (ValueError).
-    return render("common/probe_batch.sh.j2", probes=probes, boundary=boundary, parallel=parallel)
+    return render("common/probe_batch.sh.j2", probes=probes, boundary=boundary, expected=expected,
+                  parallel=parallel)
 
 
 class BatchFraming(ValueError):
     """The batch's output is not what its script prints."""
+
+
+class NotAttested(BatchFraming):
+    """The host holds no attestation of these probes: none of them ran."""
+
+
+NOT_ATTESTED_STATUS = 3
 
 
 def parse_batch(stdout: bytes, probes: list[PlannedProbe], boundary: str) -> dict[str, Completed]:
@@ -131,16 +155,19 @@ def parse_batch(stdout: bytes, probes: list[PlannedProbe], boundary: str) -> dic
     return results
 
 
-def run_batch(connection: Connection, probes: list[PlannedProbe]) -> dict[str, Completed]:
-    """Every probe of `probes` in one command on the host; SshError or BatchFraming when it cannot be read."""
+def run_batch(connection: Connection, probes: list[PlannedProbe], expected: str) -> dict[str, Completed]:
+    """Every probe of `probes` in one command on the host; SshError or BatchFraming when it cannot be read,
+    NotAttested when the host holds another attestation than `expected`."""
     boundary = "gpuhosts-probe-" + random_words.token_hex(12)
-    script = batch_script(probes, boundary)
+    script = batch_script(probes, boundary, expected)
     # Bounded on the client as each probe is on the host: the sum, should each run to its limit one after another.
     timeout = sum(probe.limit_s + 30 for probe in probes) + 60
     status, out, err = connection.exec_bytes(
         "uploaded=$(umask 077; mktemp /tmp/gpuhosts-probes.XXXXXXXX) && cat >\"$uploaded\" || exit 125\n"
         "exec </dev/null\nbash \"$uploaded\"; status=$?; rm -f \"$uploaded\"; exit \"$status\"\n",
         script.encode(), timeout=timeout)
+    if status == NOT_ATTESTED_STATUS:
+        raise NotAttested("the host holds no attestation of the probes this config plans (none ran)")
     if status != 0:
         raise BatchFraming(f"the batch exited with status {status}: {err.decode(errors='replace')[-500:]}")
     return parse_batch(out, probes, boundary)
@@ -176,9 +203,16 @@ class Batches:
                               "alone")
             return self._planned
 
-    def answer(self, connection: Connection, props: dict[str, Any], config: dict[str, Any]) -> Completed | None:
+    def attestation_for(self, config: dict[str, Any], target: dict[str, Any], private_key: str | None) -> str:
+        """What an ensure or a teardown on `target` leaves on it: the attestation of the host's planned probes, or
+        '' where the config does not plan or names no such host."""
+        planned = self._plan(config).get(host_key(target or {}))
+        return attestation(private_key, host_key(target), list(planned.values())) if planned and private_key else ""
+
+    def answer(self, connection: Connection, props: dict[str, Any], config: dict[str, Any],
+               private_key: str | None) -> Completed | None:
         """The unit's probe result from its host's batch, or None: read it alone."""
-        if self._environ.get(SWITCH, "1") == "0":
+        if self._environ.get(SWITCH, "1") == "0" or not private_key:
             return None
         key = host_key(props.get("host") or {})
         planned = self._plan(config).get(key, {})
@@ -194,7 +228,7 @@ class Batches:
                 probes = list(planned.values())
                 started = time.monotonic()
                 try:
-                    results = run_batch(connection, probes)
+                    results = run_batch(connection, probes, attestation(private_key, key, probes))
                 except (SshError, BatchFraming, ValueError) as error:
                     self._log(f"gpuhosts-batch: {key[2]}@{key[0]}:{key[1]} not read in one command ({error}); "
                               "each unit is read alone")

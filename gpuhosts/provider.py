@@ -151,12 +151,13 @@ def operation_timeout_s(operation: str, props: dict[str, Any] | None = None, env
 
 
 def run_operation(connection: Connection, props: dict[str, Any], operation: str, resource_id: str | None = None,
-                  stdin: bytes = b"") -> Completed:
-    """One operation of a unit on the host, through the command that keeps its ownership record; SshError when
-    the host cannot be reached or the connection drops."""
+                  stdin: bytes = b"", probe_plan: str = "") -> Completed:
+    """One operation of a unit on the host, through the command that keeps its ownership record (and, from an
+    ensure or a teardown, `probe_plan`: the attestation of the host's probes); SshError when the host cannot be
+    reached or the connection drops."""
     limit = operation_timeout_s(operation, props)
     command = lambda path: render("common/run.sh.j2", path=path, unit=props["unit"], operation=operation,
-                                  owner=resource_id or "", timeout_s=limit)
+                                  owner=resource_id or "", timeout_s=limit, probe_plan=probe_plan)
     # the client waits a little longer than the host's own limit, so the host's message arrives first
     return connection.run_script(props[operation], command, stdin, timeout=limit + 60)
 
@@ -271,7 +272,7 @@ class HostUnitProvider(ResourceProvider):
     def observe(self, props: dict[str, Any]) -> dict[str, Any]:
         connection = self._connection(props)
         try:
-            batched = _BATCHES.answer(connection, props, _CONFIG)
+            batched = _BATCHES.answer(connection, props, _CONFIG, _config_value("sshPrivateKey"))
             if batched is not None:
                 _log(f"gpuhosts-unit: {props['unit']} probe status={batched.status} batched")
                 return probe_facts(props, batched, self._failure)
@@ -325,8 +326,9 @@ class HostUnitProvider(ResourceProvider):
                 raise UnitFailed(f"{props['unit']}: {NAMESPACE}:{secret['name']} is not set; "
                                  f"pulumi config set --secret {NAMESPACE}:{secret['name']}")
             stdin = (value + "\n").encode()
+        plan = _BATCHES.attestation_for(_CONFIG, props.get("host"), _config_value("sshPrivateKey"))
         try:
-            return run_operation(connection, props, operation, resource_id, stdin)
+            return run_operation(connection, props, operation, resource_id, stdin, plan)
         except SshError as error:
             raise self._unreachable(props, operation, error) from None
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuhosts.plan import load_hosts, read_stack_file, stand_in_secrets
-from gpuhosts.probe_batch import (SECRET_STAND_IN, BatchFraming, PlannedProbe, batch_script, config_values,
-                                  parse_batch, planned_probes)
+from gpuhosts.probe_batch import (NOT_ATTESTED_STATUS, SECRET_STAND_IN, BatchFraming, PlannedProbe, attestation,
+                                  batch_script, config_values, parse_batch, planned_probes)
 from gpuhosts.render import render
 from gpuhosts.ssh import UPLOAD_THEN_RUN, Completed
 
@@ -40,16 +40,32 @@ def alone(probe: PlannedProbe) -> Completed:
     return Completed(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
 
 
-def batched(probes: list[PlannedProbe], parallel: int = 4) -> dict[str, Completed]:
-    done = subprocess.run(["bash", "-s"], input=batch_script(probes, BOUNDARY, parallel).encode(),
-                          capture_output=True, timeout=120)
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nthe stack's key\n-----END OPENSSH PRIVATE KEY-----\n"
+HOST = ("127.0.0.1", 22, "root")
+ATTESTED = attestation(KEY, HOST, PROBES)
+
+
+def run_batch_script(root: Path, probes: list[PlannedProbe], parallel: int = 4) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-s"], input=batch_script(probes, BOUNDARY, ATTESTED, parallel).encode(),
+                          capture_output=True, timeout=120, env={"PATH": "/usr/bin:/bin", "GPUHOSTS_HOST_ROOT": str(root)})
+
+
+def attested_root(tmp_path: Path, value: str = ATTESTED) -> Path:
+    owners = tmp_path / "host" / "var/lib/gpuhosts/owners"
+    owners.mkdir(parents=True)
+    (owners / ".probe-plan").write_text(value + "\n")
+    return tmp_path / "host"
+
+
+def batched(root: Path, probes: list[PlannedProbe], parallel: int = 4) -> dict[str, Completed]:
+    done = run_batch_script(root, probes, parallel)
     assert done.returncode == 0, done.stderr
     return parse_batch(done.stdout, probes, BOUNDARY)
 
 
 @pytest.mark.parametrize("parallel", [1, 4])
-def test_each_probe_in_the_batch_gives_what_it_gives_alone(parallel):
-    together = batched(PROBES, parallel)
+def test_each_probe_in_the_batch_gives_what_it_gives_alone(parallel, tmp_path):
+    together = batched(attested_root(tmp_path), PROBES, parallel)
     assert list(together) == [probe.unit for probe in PROBES]
     for probe in PROBES:
         assert together[probe.unit] == alone(probe), probe.unit
@@ -58,7 +74,40 @@ def test_each_probe_in_the_batch_gives_what_it_gives_alone(parallel):
 def test_a_probe_holding_the_delimiter_is_refused_not_cut_short():
     hostile = PlannedProbe("hostile", "cat <<'X'\nGPUHOSTS_PROBE\necho ran on the outer shell\nX", 600)
     with pytest.raises(ValueError, match="here-document"):
-        batch_script([hostile], BOUNDARY)
+        batch_script([hostile], BOUNDARY, ATTESTED)
+
+
+@pytest.mark.parametrize("held", ["", "0" * 64, attestation(KEY, HOST, PROBES[:-1]),
+                                  attestation("another key", HOST, PROBES), attestation(KEY, ("10.0.0.9", 22, "root"), PROBES)],
+                         ids=["none", "garbage", "other probes", "other key", "other host"])
+def test_probes_the_host_holds_no_attestation_of_do_not_run(held, tmp_path):
+    """A config edited in the state plans other probes than the last `up` attested: the batch runs none of them."""
+    root = attested_root(tmp_path, held) if held else tmp_path / "host"
+    marker = tmp_path / "ran"
+    done = run_batch_script(root, [PlannedProbe("planted", f"touch {marker}", 600), *PROBES])
+    assert done.returncode == NOT_ATTESTED_STATUS and not marker.exists(), done.stderr
+
+
+def test_an_ensure_leaves_the_attestation_and_the_last_teardown_takes_it(tmp_path):
+    root = tmp_path / "host"
+    attested = root / "var/lib/gpuhosts/owners/.probe-plan"
+
+    def run(unit: str, operation: str, plan: str) -> None:
+        script = tmp_path / f"{unit}.sh"
+        script.write_text("echo done\n")
+        command = render("common/run.sh.j2", path=str(script), unit=unit, operation=operation, owner="id-" + unit,
+                         timeout_s=60, probe_plan=plan)
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "GPUHOSTS_HOST_ROOT": str(root)})
+        assert done.returncode == 0, done.stderr
+
+    run("a", "ensure", "plan-1")
+    run("b", "ensure", "plan-2")
+    assert attested.read_text() == "plan-2\n"
+    run("a", "teardown", "plan-3")
+    assert attested.read_text() == "plan-3\n"
+    run("b", "teardown", "plan-4")
+    assert not attested.exists() and not (root / "var/lib/gpuhosts").exists()
 
 
 @pytest.mark.parametrize("output, problem", [

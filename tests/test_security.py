@@ -304,7 +304,7 @@ def test_a_hung_operation_is_ended_on_the_host_and_says_so(tmp_path):
     script = tmp_path / "unit.sh"
     script.write_text("echo started; sleep 60; echo never\n")
     command = render("common/run.sh.j2", path=str(script), unit="ct129-model-qwen3-6-27b", operation="ensure",
-                     owner="", timeout_s=1)
+                     owner="", timeout_s=1, probe_plan="")
     done = subprocess.run(["bash", "-c", command], env=host_env(tmp_path), capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 124 and "started" in done.stdout and "never" not in done.stdout

@@ -3,6 +3,7 @@ every unit what its probe alone stores: on a converged host and on one changed b
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -79,3 +80,28 @@ def test_a_refresh_of_two_hosts_sends_one_command_to_each(project, tmp_path):
         assert stack.preview().changed() == {}
     finally:
         fleet.close()
+
+
+def test_a_config_edited_in_the_state_runs_none_of_the_probes_it_plans(project, tmp_path):
+    """Whoever may write the state could change the config a refresh plans its one command from: the host holds the
+    attestation of the probes its last `up` planned, so the edited plan runs nothing and each unit is read alone,
+    from its signed probe."""
+    bed = Bed.seed(tmp_path / "host")
+    try:
+        stack = Stack(project, "batch-edited", "kpro5", bed.values(), bed.secrets())
+        stack.up()
+        _, before = refreshed(stack, batch=True)
+        document = stack.export()
+        (provider,) = [r for r in document["deployment"]["resources"] if r["type"] == "pulumi:providers:pulumi-python"]
+        provider["inputs"]["gpuhosts:monitoring"] = json.dumps({"filesDir": "/srv/elsewhere"})
+        edited = tmp_path / "edited.json"
+        edited.write_text(json.dumps(document))
+        stack.pulumi("stack", "import", "--file", str(edited))
+        lines, after = refreshed(stack, batch=True)
+        assert [line for line in lines if "not attested" in line or "no attestation" in line], lines
+        assert not [line for line in lines if line.endswith(" batched")]
+        assert after == before
+        assert not (bed.tree / "srv/elsewhere").exists()
+    finally:
+        bed.close()
+
