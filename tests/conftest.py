@@ -93,8 +93,6 @@ FULL_TIER = {
     "test_host_fidelity_vfio.py": "vfio binding cases",
     "test_host_fidelity_containers.py": "container config cases",
     "test_host_fidelity_boot.py": "reboots of a converged host",
-    "test_host_profiles.py::test_kpro5_converges_on_each_release_and_destroy_restores_it":
-        "kpro5 on each Proxmox VE release; the quick tier converges it on the default one (test_lifecycle.py)",
     "test_hostile_input.py": "hundreds of generated hostile stacks",
     "test_rendering_rule.py::test_kpro5_with_hostile_values_converges_and_tears_down_on_the_simulated_host":
         "a converge with hostile values",
