@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from engine_standin import Engine, handler_for
 
 from . import PKG, host_env, kernel
 from .programs import map_program
@@ -349,9 +350,6 @@ def serve(kind: str, argv: list) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(0)
     signal.signal(signal.SIGTERM, on_term)
-    # Only a serving engine needs the stand-in and its HTTP server: every `pct` and `systemctl` of the simulated
-    # host imports this module, and they start in a few milliseconds without them.
-    from engine_standin import Engine, handler_for
     try:
         engine = Engine.from_flags(kind, args, key, b)
         engine.admin_key = getattr(args, "admin_api_key", None)
