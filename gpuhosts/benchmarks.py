@@ -24,7 +24,7 @@ from gpuhosts.config import NAMESPACE, Problem, _Model, validate_entries
 from gpuhosts.engines import driver_for
 from gpuhosts.envspec import EnvSpec
 from gpuhosts.locks import LOCKS_DIR, RequirementsLock, locked_pins
-from gpuhosts.services import SERVICE_NAME, DrafterSpec, Finding, ServiceConfig
+from gpuhosts.services import SERVICE_NAME, DrafterSpec, Finding, ServiceConfig, repeated_names
 
 DDTREE_REPOSITORY = "https://github.com/liranringel/ddtree"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -258,11 +258,7 @@ class BenchmarkRuleInput:
 
 
 def benchmark_names_are_unique(given: BenchmarkRuleInput) -> Iterator[Finding]:
-    names: dict[str, int] = {}
-    for index, bench in given.benchmarks:
-        if bench.name in names:
-            yield index, "name", f"{bench.name!r} is already declared as benchmarks[{names[bench.name]}]; names are unique"
-        names.setdefault(bench.name, index)
+    return repeated_names(given.benchmarks, "benchmarks")
 
 
 def benchmark_containers_are_declared(given: BenchmarkRuleInput) -> Iterator[Finding]:

@@ -449,12 +449,17 @@ class ServiceRuleInput:
 Finding = tuple[int, str, str]
 
 
-def names_are_unique(given: ServiceRuleInput) -> Iterator[Finding]:
+def repeated_names(entries, section: str) -> Iterator[Finding]:
+    """Each entry of `section` whose name an earlier entry already declares."""
     seen: dict[str, int] = {}
-    for index, service in given.services:
-        if service.name in seen:
-            yield index, "name", f"{service.name!r} is already declared as services[{seen[service.name]}]; names are unique"
-        seen.setdefault(service.name, index)
+    for index, entry in entries:
+        if entry.name in seen:
+            yield index, "name", f"{entry.name!r} is already declared as {section}[{seen[entry.name]}]; names are unique"
+        seen.setdefault(entry.name, index)
+
+
+def names_are_unique(given: ServiceRuleInput) -> Iterator[Finding]:
+    return repeated_names(given.services, "services")
 
 
 def replica_names_are_free(given: ServiceRuleInput) -> Iterator[Finding]:
