@@ -109,6 +109,25 @@ def elsewhere(name: str) -> str | None:
     return next((why for path, why in ELSEWHERE.items() if inside == path or inside.startswith(path)), None)
 
 
+# A unit's decisions embedded in its scripts: here-document delimiter → the hostside module they are, verbatim.
+DECIDERS = {"GPUHOSTS_DECIDER": ("gpuhosts/hostside/vfio_binding.py", "tests/test_vfio_binding_cases.py")}
+
+
+def fold_deciders(script: str) -> str:
+    """The body of each embedded decision module, when it is that module verbatim, by a pointer to it."""
+    for delimiter, (module, tested) in DECIDERS.items():
+        source = (PROJECT / module).read_text()
+
+        def pointer(match: re.Match) -> str:
+            if match["body"] != source:
+                return match[0]
+            return f"{match['head']}# [{module} sha256:{sha16(source)} verbatim; {tested}]\n{delimiter}"
+
+        script = re.sub(rf"(?P<head><<'{delimiter}'\n)(?P<body>.*?\n){delimiter}$", pointer, script,
+                        flags=re.S | re.M)
+    return script
+
+
 def fold_installs(script: str, installed: dict[str, str]) -> str:
     """The body of each `install_file` here-document, when it is a file of the golden copy, by a pointer to it."""
     def pointer(match: re.Match) -> str:
@@ -134,7 +153,7 @@ def reviewed(host_dir: Path) -> dict[str, str]:
         if name in installed and elsewhere(name):
             view[name + ".sha256"] = f"sha256:{sha16(text)}  {elsewhere(name)}\n"
         elif name.startswith("commands/") and name.endswith(".sh"):
-            view[name] = fold_installs(fold_shared(text), installed)
+            view[name] = fold_installs(fold_deciders(fold_shared(text)), installed)
         else:
             view[name] = text
     return view
@@ -203,8 +222,9 @@ def test_the_markers_hold_the_values_the_library_was_rendered_with(rendered):
     assert "unit=ct129-gpu-devices]\n" in devices.splitlines(True)[0]
     assert re.search(r"# \[templates/common/container\.sh\.j2 sha256:\w{16} vmid=129 "
                      r"allow_restart=(true|false)\]", devices)
-    vfio = reviewed(rendered)["commands/vfio-binding/probe.sh"]
+    vfio = reviewed(rendered)["commands/vfio-binding/ensure.sh"]
     assert re.search(r"# \[templates/vfio_binding/pci\.sh\.j2 sha256:\w{16}\]", vfio)
+    assert re.search(r"# \[gpuhosts/hostside/vfio_binding\.py sha256:\w{16} verbatim; ", vfio)
 
 
 def test_files_tested_elsewhere_are_a_digest_of_what_the_host_receives(each_stack):

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 
 from gpuhosts.config import GpuUse, StackConfig
 from gpuhosts.facts import Fact, desired, files_facts, render_probe
+from gpuhosts.hostside import vfio_binding as decisions
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
 UNIT = "vfio-binding"
 OVERRIDE_SCRIPT = "/usr/local/lib/gpuhosts/vfio-override.sh"
+# The decisions run on the host as this file's own text (gpuhosts/hostside/vfio_binding.py).
+DECIDER = Path(decisions.__file__).read_text()
 
 
 def render_files(config: StackConfig) -> dict[str, HostFile]:
@@ -33,14 +38,27 @@ def render_files(config: StackConfig) -> dict[str, HostFile]:
 def vfio_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
     facts = files_facts(files.values())
     for arg in config.host.kernel_args:
-        facts.append(Fact(f"kernel argument {arg}", f"kernel_arg_state {shlex.quote(arg)}", "present"))
+        facts.append(decided_fact(f"kernel argument {arg}", "present"))
     for gpu in config.gpus_for(GpuUse.VFIO):
-        facts.append(Fact(f"slot {gpu.slot}", f"slot_binding {gpu.slot}", "vfio-pci"))
+        facts.append(decided_fact(f"slot {gpu.slot}", "vfio-pci"))
     for gpu in config.nvidia_gpus:
-        facts.append(Fact(f"slot {gpu.slot}", f"slot_binding {gpu.slot}", "not vfio-pci"))
+        facts.append(decided_fact(f"slot {gpu.slot}", "not vfio-pci"))
         # A running VM that lists a GPU meant for nvidia is drift that ensure must not repair: it refuses.
-        facts.append(Fact(f"running VM with {gpu.slot}", f"running_vms_with {gpu.slot}", "none"))
+        facts.append(decided_fact(f"running VM with {gpu.slot}", "none"))
     return facts
+
+
+def decided_fact(name: str, value: str) -> Fact:
+    """A fact the probe's one decision observes (gpuhosts/hostside/vfio_binding.py `observe`)."""
+    return Fact(name, f"observed {shlex.quote(name)}", value)
+
+
+def decision_plan(config: StackConfig) -> str:
+    """What the decisions are made for, as gpuhosts/hostside/vfio_binding.py `Plan` reads it."""
+    return json.dumps({"bootloader": config.host.bootloader.value,
+                       "vfio_slots": [gpu.slot for gpu in config.gpus_for(GpuUse.VFIO)],
+                       "nvidia_slots": [gpu.slot for gpu in config.nvidia_gpus],
+                       "kernel_args": list(config.host.kernel_args)}, sort_keys=True)
 
 
 def plan_vfio_binding(config: StackConfig) -> Unit:
@@ -50,7 +68,8 @@ def plan_vfio_binding(config: StackConfig) -> Unit:
         bootloader=config.host.bootloader.value,
         vfio_slots=[gpu.slot for gpu in config.gpus_for(GpuUse.VFIO)],
         nvidia_slots=[gpu.slot for gpu in config.nvidia_gpus],
-        kernel_args=list(config.host.kernel_args),
+        plan_json=decision_plan(config),
+        decider=DECIDER.rstrip("\n"),  # the here-document gives it back its last newline
         **files,
     )
     facts = vfio_facts(config, files)

@@ -1,12 +1,213 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=vfio-binding]
-# [templates/vfio_binding/pci.sh.j2 sha256:675ec86571878761]
-
+# --- facts, gathered here, decided in Python (gpuhosts/hostside/vfio_binding.py, which says their form) -----------
 bootloader=systemd-boot
 vfio_slots=(0000:01:00 0000:21:00)
 nvidia_slots=(0000:41:00 0000:61:00)
-kernel_args=(iommu=pt)
 original="$state_dir/vfio-original.state"
 added_args="$state_dir/vfio-kernel-args.state"
+vfio_plan='{"bootloader": "systemd-boot", "kernel_args": ["iommu=pt"], "nvidia_slots": ["0000:41:00", "0000:61:00"], "vfio_slots": ["0000:01:00", "0000:21:00"]}'
+vfio_decider="$(cat <<'GPUHOSTS_DECIDER'
+# [gpuhosts/hostside/vfio_binding.py sha256:5b2559c21320ca13 verbatim; tests/test_vfio_binding_cases.py]
+GPUHOSTS_DECIDER
+)"
+
+# node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
+# PVE::INotify::nodename does (`hostname` may print an FQDN).
+node_name() {
+  local name
+  name="$(hostname)"
+  printf '%s\n' "${name%%.*}"
+}
+
+# mapped_paths NAME — the PCI paths a cluster resource mapping (`hostpciN: mapping=NAME`) gives this node.
+mapped_paths() {
+  local node
+  node="$(node_name)"
+  [ -r "$root/etc/pve/mapping/pci.cfg" ] || return 0
+  awk -v name="$1" -v node="$node" '
+    /^[^[:space:]]/ {inside = ($1 == name); next}
+    inside && $1 == "map" {
+      this = ""; paths = ""
+      n = split($2, kv, ",")
+      for (i = 1; i <= n; i++) {
+        if (substr(kv[i], 1, 5) == "node=") this = substr(kv[i], 6)
+        if (substr(kv[i], 1, 5) == "path=") paths = substr(kv[i], 6)
+      }
+      if (this == node) print paths
+    }' "$root/etc/pve/mapping/pci.cfg" | tr ';' ' '
+}
+
+# hostpci_ids CONFIG — the PCI ids every hostpciN line of `qm config` output names, one a line, mappings resolved.
+# A property string's keys come in any order and `host` is its default key: `pcie=1,0000:01:00` names the host too.
+hostpci_ids() {
+  local line value part id
+  local -a parts
+  while IFS= read -r line; do
+    [[ "$line" =~ ^hostpci[0-9]+:[[:space:]]*(.*)$ ]] || continue
+    value="${BASH_REMATCH[1]}"
+    IFS=',' read -ra parts <<<"$value"
+    for part in "${parts[@]}"; do
+      case "$part" in
+        host=*) part="${part#host=}" ;;
+        mapping=*) part="$(mapped_paths "${part#mapping=}")" ;;
+        *=* | "") continue ;;
+      esac
+      for id in ${part//;/ }; do
+        normal_address "$id"
+      done
+    done
+  done <<<"$1"
+}
+
+# vm_table — "VMID STATUS ID" for every PCI id in a VM's current config (`qm config --current`: what a running VM
+# has, not what is pending), STATUS as `qm status` says it ("stopped" or what QMP reports: running, paused, …).
+# The VM list comes from `qm list`'s first column only: the NAME column may hold a blank ("VM 105"). When a qm call
+# fails this prints why and returns 1 — "no VM" must never stand for "qm could not tell".
+vm_table() {
+  local out vmid config ids id status rows=""
+  if ! out="$(qm list 2>&1)"; then
+    printf 'qm list failed: %s\n' "$out"
+    return 1
+  fi
+  while read -r vmid _; do
+    [[ "$vmid" =~ ^[0-9]+$ ]] || continue
+    if ! config="$(qm config "$vmid" --current 2>&1)"; then
+      printf 'qm config %s --current failed: %s\n' "$vmid" "$config"
+      return 1
+    fi
+    ids="$(hostpci_ids "$config")"
+    [ -n "$ids" ] || continue
+    if ! status="$(qm status "$vmid" 2>&1)"; then
+      printf 'qm status %s failed: %s\n' "$vmid" "$status"
+      return 1
+    fi
+    status="${status#status: }"
+    for id in $ids; do
+      rows+="$vmid $status $id"$'\n'
+    done
+  done <<<"$out"
+  printf '%s' "$rows"
+}
+
+# load_vm_table — vm_table into $vm_table, once; a qm failure refuses. Call it in the script's own shell.
+vm_table_loaded=0
+vm_table=""
+load_vm_table() {
+  [ "$vm_table_loaded" = 0 ] || return 0
+  vm_table="$(vm_table)" || refuse "cannot tell which VMs use a GPU: $vm_table"
+  vm_table_loaded=1
+}
+
+# vms_using_slot SLOT — "vmid status" of every VM whose hostpciN names a function of SLOT, directly or through a
+# resource mapping (from $vm_table: load_vm_table first).
+vms_using_slot() {
+  local vmid status id seen=" "
+  while read -r vmid status id; do
+    [ -n "$vmid" ] || continue
+    if [ "${id%.*}" = "$1" ] || [ "$id" = "$1" ]; then
+      case "$seen" in *" $vmid "*) continue ;; esac
+      seen+="$vmid "
+      printf '%s %s\n' "$vmid" "$status"
+    fi
+  done <<<"$vm_table"
+}
+
+driver_override() {
+  local value
+  value="$(cat "$root/sys/bus/pci/devices/$1/driver_override" 2>/dev/null || true)"
+  [ "$value" = "(null)" ] || printf '%s\n' "$value"
+}
+
+# frame_file NAME PATH — a file's whole text, framed by its length: it may hold anything.
+frame_file() {
+  if [ -f "$root$2" ]; then
+    printf 'file %s %s\n' "$1" "$(wc -c <"$root$2")"
+    cat "$root$2"
+    echo
+  else
+    printf 'missing %s\n' "$1"
+  fi
+}
+
+# vfio_facts [--without-vms] — every fact the decisions read. The VMs' PCI ids cost a qm call per VM on a real host.
+vfio_facts() {
+  local slot function dev module file table
+  for slot in "${vfio_slots[@]}" "${nvidia_slots[@]}"; do
+    while read -r function; do
+      dev="$root/sys/bus/pci/devices/$function"
+      printf 'function %s %s %s %s %s\n' "$function" "$(cat "$dev/vendor")" "$(cat "$dev/device")" \
+        "$(pci_driver "$function" | sed 's/^$/-/')" "$(driver_override "$function" | sed 's/^$/-/')"
+    done < <(slot_functions "$slot")
+  done
+  for module in vfio_pci nvidia; do
+    if [ -d "$root/sys/module/$module" ]; then echo "module $module loaded"; else echo "module $module absent"; fi
+  done
+  if [ "${1:-}" != --without-vms ]; then
+    if table="$(vm_table)"; then
+      sed -n 's/^./vm &/p' <<<"$table"
+    else
+      printf 'vm-table-error %s\n' "${table//$'\n'/ }"
+    fi
+  fi
+  frame_file proc-cmdline /proc/cmdline
+  frame_file added-args "${added_args#"$root"}"
+  if [ "$bootloader" = systemd-boot ]; then
+    frame_file kernel-cmdline /etc/kernel/cmdline
+  else
+    for file in "$root/etc/default/grub" "$root"/etc/default/grub.d/*.cfg; do
+      [ ! -f "$file" ] || frame_file "grub ${file#"$root"}" "${file#"$root"}"
+    done
+  fi
+  if [ -f "$original" ]; then
+    awk '{printf "original %s %s %s\n", $1, ($2 == "" ? "-" : $2), ($3 == "" ? "-" : $3)}' "$original"
+  fi
+}
+
+# decide COMMAND [--without-vms] — the decision on this host's facts: one action a line, VERB<tab>VALUE…
+decide() {
+  command -v python3 >/dev/null \
+    || refuse "python3 is missing, and the vfio binding decides in Python: apt-get install python3-minimal"
+  vfio_facts "${2:-}" | python3 -I -c "$vfio_decider" "$1" "$vfio_plan"
+}
+
+# The actions of the last decision.
+decisions=""
+
+# decided VERB — the values of each of that verb's actions, one action a line.
+decided() {
+  awk -F'\t' -v verb="$1" '$1 == verb { sub(/^[^\t]*\t?/, ""); print }' <<<"$decisions"
+}
+
+# decided_to VERB — whether any action has that verb.
+decided_to() {
+  awk -F'\t' -v verb="$1" '$1 == verb { found = 1 } END { exit !found }' <<<"$decisions"
+}
+
+# run_checks — the decisions' refusals, warnings and release checks, in their order, before anything changed.
+run_checks() {
+  local verb value problem
+  while IFS=$'\t' read -r verb value; do
+    case "$verb" in
+      refuse) refuse "$value" ;;
+      warn) say "$value" ;;
+      check-release)
+        problem="$(gpu_release_problem "$value")"
+        [ -z "$problem" ] || refuse "$problem"
+        ;;
+    esac
+  done <<<"$decisions"
+}
+
+# write_cmdline PATH BASE64 — the boot loader file as decided, then the boot loader's own refresh.
+write_cmdline() {
+  install_file "$1" "$(stat -c %a "$root$1")" < <(base64 -d <<<"$2")
+  if [ "$bootloader" = systemd-boot ]; then
+    proxmox-boot-tool refresh
+  else
+    update-grub
+  fi
+}
+# [templates/vfio_binding/pci.sh.j2 sha256:327a157f4f6b2c72]
 
 # --- check: the boot loader the stack names is the one this host boots with --------------------------------
 # Shared by the vfio binding (it runs first and writes kernel arguments) and the driver's pre-flight.
@@ -22,58 +223,9 @@ if [ "$host_bootloader" != "$bootloader" ]; then
 so kernel arguments would be written where the boot loader does not read them: set host.bootloader to $host_bootloader"
 fi
 
-# --- check: every declared GPU is on this host, and is NVIDIA ----------------------------------------------
-for slot in "${vfio_slots[@]}" "${nvidia_slots[@]}"; do
-  [ -d "$root/sys/bus/pci/devices/$slot.0" ] || refuse "GPU $slot.0 is declared but not on this host (lspci -D); fix gpuhosts:gpus"
-  vendor="$(cat "$root/sys/bus/pci/devices/$slot.0/vendor")"
-  [ "$vendor" = 0x10de ] || refuse "$slot.0 is not an NVIDIA device (vendor $vendor); fix gpuhosts:gpus"
-done
-
-# --- check: which functions must move, and is it safe ------------------------------------------------------
-to_vfio=()
-to_mark=()
-to_release=()
-for slot in "${vfio_slots[@]}"; do
-  while read -r function; do
-    if [ "$(pci_driver "$function")" != vfio-pci ]; then
-      to_vfio+=("$function")
-    elif [ "$(driver_override "$function")" != vfio-pci ]; then
-      # Already on vfio-pci (perhaps in a running VM): only the override is recorded, nothing is unbound.
-      to_mark+=("$function")
-    fi
-  done < <(slot_functions "$slot")
-done
-for slot in "${nvidia_slots[@]}"; do
-  while read -r function; do
-    if [ "$(pci_driver "$function")" = vfio-pci ] || [ -n "$(driver_override "$function")" ]; then
-      to_release+=("$function")
-    fi
-  done < <(slot_functions "$slot")
-done
-
-for function in "${to_vfio[@]}"; do
-  if [ "$(pci_driver "$function")" = nvidia ]; then
-    problem="$(gpu_release_problem "$function")"
-    [ -z "$problem" ] || refuse "$problem"
-  fi
-done
-if [ "${#to_release[@]}" -gt 0 ]; then
-  load_vm_table
-fi
-for function in "${to_release[@]}"; do
-  users="$(vms_using_slot "${function%.*}")"
-  while read -r vmid status; do
-    [ -n "$vmid" ] || continue
-    # Only "stopped" has no QEMU process: a paused or suspended VM still holds the GPU.
-    if [ "$status" != stopped ]; then
-      refuse "VM $vmid is $status with ${function%.*} passed through (qm config $vmid); stop it or keep the GPU on vfio"
-    fi
-    say "warning: stopped VM $vmid still lists ${function%.*} in hostpci; it will not start until that entry is removed"
-  done <<<"$users"
-done
-
-# --- check: the boot loader's command line is one this script can rewrite ----------------------------------
-kernel_cmdline >/dev/null
+# --- check: every declared GPU is here and NVIDIA, which functions move, and whether that is safe now ---------
+decisions="$(decide ensure)" || refuse "the vfio binding could not decide: its facts are above"
+run_checks
 
 # --- act: boot-time binding by address ---------------------------------------------------------------------
 mkdir -p "$state_dir"
@@ -107,6 +259,7 @@ install_file /etc/modules-load.d/gpuhosts-vfio.conf 0644 <<'GPUHOSTS_EOF'
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || initramfs_stale=1
 
+current_cmdline="$(decided cmdline)"
 # A hand-made `options vfio-pci ids=…` grabs every GPU of that model, wherever kmod finds it: in a file of any
 # of its modprobe.d directories (a line continued with a backslash counts whole), or as `vfio-pci.ids=` (or
 # `vfio_pci.ids=`) on the kernel command line, which kmod takes as options too. When it would take a GPU that
@@ -172,7 +325,7 @@ case "$bootloader" in
   systemd-boot) configured_at="/etc/kernel/cmdline (then proxmox-boot-tool refresh)" ;;
   *) configured_at="GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub (then update-grub)" ;;
 esac
-taken="$(cmdline_clashes "$(kernel_cmdline | head -n1)")"
+taken="$(cmdline_clashes "$current_cmdline")"
 [ -z "$taken" ] || refuse "the kernel command line carries vfio-pci.ids=$taken, which gives GPUs meant for nvidia to vfio-pci at every boot: remove it from $configured_at, reboot, and run again"
 taken="$(cmdline_clashes "$(cat "$root/proc/cmdline")")"
 [ -z "$taken" ] || refuse "the running kernel was booted with vfio-pci.ids=$taken (/proc/cmdline), which gives GPUs meant for nvidia to vfio-pci, but $configured_at does not carry it: remove it where the boot loader takes it from (GRUB_CMDLINE_LINUX?), reboot, and run again"
@@ -226,63 +379,38 @@ fi
 settled initramfs
 
 # --- act: IOMMU kernel arguments ---------------------------------------------------------------------------
-current="$(kernel_cmdline)"
-wanted="$current"
-for arg in "${kernel_args[@]}"; do
-  case " $current " in
-    *" $arg "*) ;;
-    *)
-      wanted="${wanted:+$wanted }$arg"
-      grep -qxF "$arg" "$added_args" 2>/dev/null || printf '%s\n' "$arg" >>"$added_args"
-      ;;
-  esac
-done
-if [ "$wanted" != "$current" ]; then
-  set_kernel_cmdline "$wanted"
+decided record-arg >>"$added_args"
+while IFS=$'\t' read -r path content; do
+  write_cmdline "$path" "$content"
+done < <(decided write-cmdline)
+if decided_to reboot; then
+  reboot_required=1
 fi
-for arg in "${kernel_args[@]}"; do
-  case " $(cat "$root/proc/cmdline") " in
-    *" $arg "*) ;;
-    *) reboot_required=1 ;;
-  esac
-done
 
 # --- act: live rebinding -----------------------------------------------------------------------------------
-if [ "${#to_vfio[@]}" -gt 0 ] && [ ! -d "$root/sys/module/vfio_pci" ]; then
+if decided_to load-vfio; then
   modprobe vfio-pci
 fi
-for function in "${to_mark[@]}"; do
+while read -r function; do
   sysfs_write "/sys/bus/pci/devices/$function/driver_override" vfio-pci
   note_change "marked $function for vfio-pci"
-done
-for function in "${to_vfio[@]}"; do
+done < <(decided mark)
+while read -r function; do
   rebind "$function" vfio-pci
   note_change "bound $function to vfio-pci"
-done
-# A loaded `ids=` option lives on as vfio-pci's dynamic ids; they would take the GPU straight back.
-for function in "${to_release[@]}"; do
-  dev="$root/sys/bus/pci/devices/$function"
-  id="$(sed 's/^0x//' "$dev/vendor") $(sed 's/^0x//' "$dev/device")"
-  sysfs_write /sys/bus/pci/drivers/vfio-pci/remove_id "$id" 2>/dev/null || true
-done
-for function in "${to_release[@]}"; do
+done < <(decided bind)
+while IFS=$'\t' read -r vendor device; do
+  sysfs_write /sys/bus/pci/drivers/vfio-pci/remove_id "$vendor $device" 2>/dev/null || true
+done < <(decided remove-id)
+while read -r function; do
   rebind "$function" ""
   note_change "released $function from vfio-pci (now: $(pci_driver "$function"))"
-done
+done < <(decided release)
 
 # --- verify ------------------------------------------------------------------------------------------------
-for slot in "${vfio_slots[@]}"; do
-  while read -r function; do
-    [ "$(pci_driver "$function")" = vfio-pci ] || refuse "$function is on '$(pci_driver "$function")', not vfio-pci, after binding"
-  done < <(slot_functions "$slot")
-done
-for slot in "${nvidia_slots[@]}"; do
-  driver="$(pci_driver "$slot.0")"
-  if [ "$driver" = vfio-pci ]; then
-    refuse "$slot.0 is still on vfio-pci after releasing it"
-  elif [ -z "$driver" ] && [ -d "$root/sys/module/nvidia" ]; then
-    say "$slot.0 has no driver although nvidia is loaded; it binds at the next boot"
-    reboot_required=1
-  fi
-done
+decisions="$(decide verify --without-vms)" || refuse "the vfio binding could not verify: its facts are above"
+run_checks
+if decided_to reboot; then
+  reboot_required=1
+fi
 finish
