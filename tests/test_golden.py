@@ -109,23 +109,24 @@ def elsewhere(name: str) -> str | None:
     return next((why for path, why in ELSEWHERE.items() if inside == path or inside.startswith(path)), None)
 
 
-# A unit's decisions embedded in its scripts: here-document delimiter → the hostside module they are, verbatim.
-DECIDERS = {"GPUHOSTS_DECIDER": ("gpuhosts/hostside/vfio_binding.py", "tests/test_vfio_binding_cases.py")}
+# A unit's decisions embedded in its scripts (the here-document GPUHOSTS_DECIDER): the hostside module they are,
+# verbatim, and where they are tested.
+DECIDERS = {"gpuhosts/hostside/vfio_binding.py": "tests/test_vfio_binding_cases.py",
+            "gpuhosts/hostside/lxc_gpu_passthrough.py": "tests/test_lxc_gpu_passthrough_cases.py"}
+DECIDER_END = "GPUHOSTS_DECIDER"
 
 
 def fold_deciders(script: str) -> str:
     """The body of each embedded decision module, when it is that module verbatim, by a pointer to it."""
-    for delimiter, (module, tested) in DECIDERS.items():
-        source = (PROJECT / module).read_text()
+    sources = {(PROJECT / module).read_text(): (module, tested) for module, tested in DECIDERS.items()}
 
-        def pointer(match: re.Match) -> str:
-            if match["body"] != source:
-                return match[0]
-            return f"{match['head']}# [{module} sha256:{sha16(source)} verbatim; {tested}]\n{delimiter}"
+    def pointer(match: re.Match) -> str:
+        if match["body"] not in sources:
+            return match[0]
+        module, tested = sources[match["body"]]
+        return f"{match['head']}# [{module} sha256:{sha16(match['body'])} verbatim; {tested}]\n{DECIDER_END}"
 
-        script = re.sub(rf"(?P<head><<'{delimiter}'\n)(?P<body>.*?\n){delimiter}$", pointer, script,
-                        flags=re.S | re.M)
-    return script
+    return re.sub(rf"(?P<head><<'{DECIDER_END}'\n)(?P<body>.*?\n){DECIDER_END}$", pointer, script, flags=re.S | re.M)
 
 
 def fold_installs(script: str, installed: dict[str, str]) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 
 from gpuhosts.config import ContainerConfig, StackConfig
 from gpuhosts.facts import Fact, desired, file_fact, observation, render_probe, systemd_unit_facts
+from gpuhosts.hostside import lxc_gpu_passthrough as decisions
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
@@ -13,6 +16,8 @@ from gpuhosts.units import Unit
 UVM_UNIT = "gpuhosts-nvidia-uvm.service"
 UVM_AT_BOOT = "nvidia-uvm-at-boot"
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+# The devices' decisions run on the host as this file's own text (gpuhosts/hostside/lxc_gpu_passthrough.py).
+DECIDER = Path(decisions.__file__).read_text()
 # What every container with a GPU needs; the profiling node only where the stack asks for it (profilingDevice).
 PROFILING_NODE = "/dev/nvidia-uvm-tools"
 
@@ -63,6 +68,8 @@ def plan_container_devices(config: StackConfig, container: ContainerConfig, need
         unwanted=[] if container.profiling_device else [PROFILING_NODE],
         privileged=container.privileged,
     )
+    values.update(decider=DECIDER.rstrip("\n"), plan_json=json.dumps(
+        {key: values[key] for key in ("vmid", "hostname", "privileged", "gpus", "nodes", "unwanted")}, sort_keys=True))
     # The GPU's node is named by its minor, which only the host's driver knows; the fact names the GPU.
     facts = [Fact(f"device {gpu.address}", f"container_device_of_gpu {gpu.address}", "passed")
              for gpu in config.container_gpus(container.vmid)]

@@ -179,45 +179,57 @@ guest_fix() {
 }
 
 gpus=(0000:41:00.0 0000:61:00.0)
-want_hostname=llm
+nodes=(/dev/nvidiactl /dev/nvidia-uvm)
+devices_plan='{"gpus": ["0000:41:00.0", "0000:61:00.0"], "hostname": "llm", "nodes": ["/dev/nvidiactl", "/dev/nvidia-uvm"], "privileged": true, "unwanted": ["/dev/nvidia-uvm-tools"], "vmid": 129}'
+devices_decider="$(cat <<'GPUHOSTS_DECIDER'
+# [gpuhosts/hostside/lxc_gpu_passthrough.py sha256:b459ec3cc85215af verbatim; tests/test_lxc_gpu_passthrough_cases.py]
+GPUHOSTS_DECIDER
+)"
+
+# --- facts, gathered here, decided in Python (gpuhosts/hostside/lxc_gpu_passthrough.py, which says their form) ----
+node_state() {
+  if [ -e "$root$1" ]; then echo "node $1 present"; else echo "node $1 absent"; fi
+}
+devices_facts() {
+  local config address driver minor guests node
+  if ! config="$(pct config "$vmid" 2>&1)"; then
+    echo "container absent"
+    return 0
+  fi
+  if container_running; then echo "container running"; else echo "container stopped"; fi
+  printf 'hostname %s\n' "$(sed -n 's/^hostname: //p' <<<"$config")"
+  printf 'unprivileged %s\n' "$(sed -n 's/^unprivileged: //p' <<<"$config" | sed 's/^$/-/')"
+  parse_dev_entries <<<"$config" | sed 's/^/entry /; s/\t/ /'
+  dev_entries_current | sed 's/^/current /; s/\t/ /'
+  [ ! -f "$owned" ] || sed 's/^/owned /' "$owned"
+  for address in "${gpus[@]}"; do
+    driver="$(pci_driver "$address")"
+    minor="$(gpu_minor "$address")"
+    printf 'gpu %s %s %s\n' "$address" "${driver:--}" "${minor:--}"
+    guests="$(gpu_guests "$address")"
+    printf 'guests %s %s\n' "$address" "$guests"
+    [ "$guests" = none ] || printf 'guest-fix %s %s\n' "$address" "$(guest_fix "$address")"
+    [ -z "$minor" ] || node_state "/dev/nvidia$minor"
+  done
+  for node in "${nodes[@]}"; do
+    node_state "$node"
+  done
+  while IFS=$'\t' read -r _ node; do
+    [ -z "$node" ] || node_state "$node"
+  done < <(dev_entries_current)
+}
+command -v python3 >/dev/null \
+  || refuse "python3 is missing, and the GPU passthrough decides in Python: apt-get install python3-minimal"
+decisions="$(devices_facts | python3 -I -c "$devices_decider" ensure "$devices_plan")" \
+  || refuse "the GPU passthrough could not decide: its facts are above"
 
 # --- check -------------------------------------------------------------------------------------------------
-pct config "$vmid" >/dev/null 2>&1 || refuse "container $vmid does not exist on this host (pct list); fix gpuhosts:containers"
-hostname="$(pct config "$vmid" | sed -n 's/^hostname: //p')"
-[ "$hostname" = "$want_hostname" ] || say "warning: container $vmid is named '$hostname', the stack says $want_hostname"
-# A privileged container's root is the host's: GPUs go to one only where the stack says it knows.
-privileged_declared=True
-if [ "$(pct config "$vmid" | sed -n 's/^unprivileged: //p')" != 1 ] && [ "$privileged_declared" != True ]; then
-  refuse "container $vmid is privileged (unprivileged: 0): its root is the host's root, and what runs in it could \
-take the host; make it unprivileged, or declare it with privileged: true in gpuhosts:containers"
-fi
-
-# Before the driver's check: a VM that holds the GPU has it on vfio-pci, and the guest is what to name.
-for address in "${gpus[@]}"; do
-  guests="$(gpu_guests "$address")"
-  case "$guests" in
-    none) ;;
-    unknown:*) refuse "cannot tell which other guests hold GPU $address: ${guests#unknown: }" ;;
-    *) refuse "GPU $address is held by $guests besides container $vmid: two guests on one GPU, and gpuhosts \
-does not take it from the other. Let the other guest go ($(guest_fix "$address")), or give container $vmid another GPU \
-in gpuhosts:gpus, and run again" ;;
+while IFS=$'\t' read -r verb value; do
+  case "$verb" in
+    refuse) refuse "$value" ;;
+    warn | say) say "$value" ;;
   esac
-done
-
-wanted=()
-for address in "${gpus[@]}"; do
-  driver="$(pci_driver "$address")"
-  [ "$driver" = nvidia ] || refuse "GPU $address is on '${driver:-no driver}', not nvidia: the vfio binding or a reboot must release it first"
-  minor="$(gpu_minor "$address")"
-  [ -n "$minor" ] || refuse "the nvidia driver reports no minor for $address (/proc/driver/nvidia/gpus/$address/information)"
-  wanted+=("/dev/nvidia$minor")
-  say "GPU $address is /dev/nvidia$minor"
-done
-wanted+=(/dev/nvidiactl /dev/nvidia-uvm)
-for node in "${wanted[@]}"; do
-  [ -e "$root$node" ] || refuse "host device $node is missing ($(node_fix "$node"); the nvidia-uvm-at-boot unit \
-does at every boot); pct would refuse it and the container would not start"
-done
+done <<<"$decisions"
 
 # --- act ---------------------------------------------------------------------------------------------------
 mkdir -p "$state_dir"
@@ -227,80 +239,33 @@ if owed "ct-$vmid-restart" || owed "ct-$vmid-start"; then
   restart_owed_before=1
 fi
 devices_changed=0
-# has_entry KEY-OR-PATH COLUMN ENTRIES — an entry of ENTRIES ("devN<TAB>path" lines) with that key or path.
-has_entry() {
-  awk -F '\t' -v want="$1" -v col="$2" '$col == want {found = 1} END {exit !found}' <<<"$3"
-}
-# Entries of ours that are no longer wanted go; their nodes may be gone already (a GPU moved to vfio-pci).
-entries="$(dev_entries)"
-dropped=()
-while IFS=$'\t' read -r key path; do
-  [ -n "$key" ] || continue
-  keep=0
-  for node in "${wanted[@]}"; do
-    [ "$node" != "$path" ] || keep=1
-  done
-  if [ "$keep" = 0 ] && grep -qxF "$key $path" "$owned"; then
-    dropped+=("$key")
-  fi
-done <<<"$entries"
-# A node the stack does not give (the profiling node, unless profilingDevice) that someone passed by hand: gpuhosts
-# takes back only its own entries, and names the other.
-unwanted=(/dev/nvidia-uvm-tools)
-for node in "${unwanted[@]}"; do
-  while IFS=$'\t' read -r key path; do
-    [ "$path" = "$node" ] || continue
-    grep -qxF "$key $path" "$owned" || refuse "container $vmid has $path as $key, which gpuhosts did not give: \
-remove it (pct set $vmid --delete $key), or set profilingDevice: true for this container"
-  done <<<"$entries"
-done
-to_add=()
-for node in "${wanted[@]}"; do
-  has_entry "$node" 2 "$entries" || to_add+=("$node")
-done
-if [ "${#dropped[@]}" -gt 0 ] || [ "${#to_add[@]}" -gt 0 ]; then
-  dev_going=("${dropped[@]}")
-  dev_nodes_ready
-fi
-for key in "${dropped[@]}"; do
-  path="$(awk -F '\t' -v k="$key" '$1 == k {print $2; exit}' <<<"$entries")"
-  owe "ct-$vmid-restart"
-  if has_entry "$key" 1 "$(dev_entries_current)"; then
-    # on a running container the removal waits for its next start (pve-container does not hot-unplug)
-    ct_set --delete "$key"
-  else
-    ct_set --revert "$key"  # only pending so far: --delete would leave it pending
-  fi
-  awk -v line="$key $path" '$0 != line' "$owned" >"$owned.new" && mv -f "$owned.new" "$owned"
+while IFS=$'\t' read -r verb key path how; do
+  case "$verb" in
+    drop)
+      owe "ct-$vmid-restart"
+      if [ "$how" = delete ]; then
+        ct_set --delete "$key"
+      else
+        ct_set --revert "$key"
+      fi
+      awk -v line="$key $path" '$0 != line' "$owned" >"$owned.new" && mv -f "$owned.new" "$owned"
+      note_change "removed $key ($path) from container $vmid"
+      ;;
+    take-back)
+      ct_set --revert "$key"
+      grep -qxF "$key $path" "$owned" || printf '%s %s\n' "$key" "$path" >>"$owned"
+      note_change "took back the pending removal of $key ($path) from container $vmid"
+      ;;
+    add)
+      owe "ct-$vmid-restart"
+      ct_set "--$key" "$path"
+      printf '%s %s\n' "$key" "$path" >>"$owned"
+      note_change "passed $path to container $vmid as $key"
+      ;;
+    *) continue ;;
+  esac
   devices_changed=1
-  note_change "removed $key ($path) from container $vmid"
-done
-for node in "${to_add[@]}"; do
-  # Removed by hand from the running container, the entry is only pending removal (pve-container does not
-  # hot-unplug): taking the removal back restores it as it was. A new devN for the same node would wait for a
-  # restart before pve-container 6.0.4, and from 6.0.4 on fails to plug in: the node is still there (mknod: File
-  # exists; pve-container 5eb5574e src/PVE/LXC/Config.pm vmconfig_hotplug_pending).
-  pending_key="$(awk -F '\t' -v n="$node" '$2 == n {print $1; exit}' <<<"$(dev_entries_current)")"
-  if [ -n "$pending_key" ]; then
-    ct_set --revert "$pending_key"
-    grep -qxF "$pending_key $node" "$owned" || printf '%s %s\n' "$pending_key" "$node" >>"$owned"
-    devices_changed=1
-    note_change "took back the pending removal of $pending_key ($node) from container $vmid"
-    continue
-  fi
-  entries="$(dev_entries)"
-  # a free key in both views: a key whose removal is pending is still taken until the next start
-  taken="$entries"$'\n'"$(dev_entries_current)"
-  index=0
-  while has_entry "dev$index" 1 "$taken"; do
-    index=$((index + 1))
-  done
-  owe "ct-$vmid-restart"
-  ct_set "--dev$index" "$node"
-  printf 'dev%s %s\n' "$index" "$node" >>"$owned"
-  devices_changed=1
-  note_change "passed $node to container $vmid as dev$index"
-done
+done <<<"$decisions"
 if [ "$devices_changed" = 1 ] && [ "$restart_owed_before" = 0 ] && container_running \
     && [ "$(dev_entries)" = "$(dev_entries_current)" ]; then
   # pve-container >= 6.0.4 plugs a new devN into a running container: nothing waits for a restart
@@ -312,7 +277,9 @@ fi
 
 # --- verify ------------------------------------------------------------------------------------------------
 entries="$(dev_entries)"
-for node in "${wanted[@]}"; do
-  has_entry "$node" 2 "$entries" || refuse "container $vmid lacks $node after pct set"
-done
+while IFS=$'\t' read -r verb path; do
+  if [ "$verb" = want ] && ! cut -f2 <<<"$entries" | grep -qxF "$path"; then
+    refuse "container $vmid lacks $path after pct set"
+  fi
+done <<<"$decisions"
 finish
