@@ -112,7 +112,8 @@ def elsewhere(name: str) -> str | None:
 # A unit's decisions embedded in its scripts (the here-document GPUHOSTS_DECIDER): the hostside module they are,
 # verbatim, and where they are tested.
 DECIDERS = {"gpuhosts/hostside/vfio_binding.py": "tests/test_vfio_binding_cases.py",
-            "gpuhosts/hostside/lxc_gpu_passthrough.py": "tests/test_lxc_gpu_passthrough_cases.py"}
+            "gpuhosts/hostside/lxc_gpu_passthrough.py": "tests/test_lxc_gpu_passthrough_cases.py",
+            "gpuhosts/hostside/nvidia_driver.py": "tests/test_nvidia_driver_cases.py"}
 DECIDER_END = "GPUHOSTS_DECIDER"
 
 

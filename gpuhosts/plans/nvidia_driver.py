@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from gpuhosts.config import GpuUse, StackConfig
 from gpuhosts.facts import Fact, desired, files_facts, render_probe, systemd_unit_facts
+from gpuhosts.hostside import nvidia_driver as decisions
 from gpuhosts.render import HostFile, render
 from gpuhosts.units import Unit
 
@@ -15,6 +19,8 @@ PERSISTENCED_UNIT = "gpuhosts-nvidia-persistenced.service"
 # bb2f6f7214bce2ec70f84759d3ce1c6aca3da02c); 6.0.4 "implement device hotplug" (VE 9.0, 27a7f7dcd5f4d1967e67bb0d951ab67443473900).
 DEVN_MIN_PVE_CONTAINER = "5.0.7"
 DEVN_HOTPLUG_MIN_PVE_CONTAINER = "6.0.4"
+# The driver's decisions run on the host as this file's own text (gpuhosts/hostside/nvidia_driver.py).
+DECIDER = Path(decisions.__file__).read_text()
 
 
 def render_files(config: StackConfig) -> dict[str, HostFile]:
@@ -48,11 +54,13 @@ def driver_facts(config: StackConfig, files: dict[str, HostFile]) -> list[Fact]:
 def plan_nvidia_driver(config: StackConfig, needs: tuple[str, ...]) -> Unit:
     files = render_files(config)
     # The pre-flight refuses what the host cannot do for this stack: its boot loader, devN for container GPUs.
+    plan = {"version": config.nvidia.version, "module_type": config.nvidia.kernel_module_type.value,
+            "proxmox_release": config.host.proxmox_release or "",
+            "container_gpus": bool(config.gpus_for(GpuUse.CONTAINER)),
+            "devn_min": DEVN_MIN_PVE_CONTAINER, "hotplug_min": DEVN_HOTPLUG_MIN_PVE_CONTAINER}
     values = dict(unit=UNIT, nvidia=config.nvidia, persistenced_unit_name=PERSISTENCED_UNIT, uvm_unit_name=UVM_UNIT,
                   nvidia_gpus=[gpu.address for gpu in config.nvidia_gpus], bootloader=config.host.bootloader.value,
-                  container_gpus="yes" if config.gpus_for(GpuUse.CONTAINER) else "no",
-                  devn_min=DEVN_MIN_PVE_CONTAINER, hotplug_min=DEVN_HOTPLUG_MIN_PVE_CONTAINER,
-                  proxmox_release=config.host.proxmox_release or "", **files)
+                  plan_json=json.dumps(plan, sort_keys=True), decider=DECIDER.rstrip("\n"), **files)
     facts = driver_facts(config, files)
     return Unit(
         key=UNIT,

@@ -180,17 +180,52 @@ guest_fix() {
 
 gpus=(0000:41:00.0 0000:61:00.0)
 nodes=(/dev/nvidiactl /dev/nvidia-uvm)
-devices_plan='{"gpus": ["0000:41:00.0", "0000:61:00.0"], "hostname": "llm", "nodes": ["/dev/nvidiactl", "/dev/nvidia-uvm"], "privileged": true, "unwanted": ["/dev/nvidia-uvm-tools"], "vmid": 129}'
-devices_decider="$(cat <<'GPUHOSTS_DECIDER'
+# --- decisions in Python over the facts this script gathers ---------------------------------------------------
+# The unit's `gather_facts [ARG]` prints its facts; its decision module (gpuhosts/hostside/, embedded below verbatim)
+# reads them with the plan and prints one action a line, VERB<tab>VALUE…; this script performs them.
+decision_plan='{"gpus": ["0000:41:00.0", "0000:61:00.0"], "hostname": "llm", "nodes": ["/dev/nvidiactl", "/dev/nvidia-uvm"], "privileged": true, "unwanted": ["/dev/nvidia-uvm-tools"], "vmid": 129}'
+decider_source="$(cat <<'GPUHOSTS_DECIDER'
 # [gpuhosts/hostside/lxc_gpu_passthrough.py sha256:b459ec3cc85215af verbatim; tests/test_lxc_gpu_passthrough_cases.py]
 GPUHOSTS_DECIDER
 )"
+# The actions of the last decision.
+decisions=""
+
+# decide COMMAND [ARG] — the decision COMMAND over what `gather_facts ARG` prints.
+decide() {
+  command -v python3 >/dev/null \
+    || refuse "python3 is missing, and this unit decides in Python: apt-get install python3-minimal"
+  gather_facts "${2:-}" | python3 -I -c "$decider_source" "$1" "$decision_plan"
+}
+
+# decided VERB — the values of each of that verb's actions, one action a line.
+decided() {
+  awk -F'\t' -v verb="$1" '$1 == verb { sub(/^[^\t]*\t?/, ""); print }' <<<"$decisions"
+}
+
+# decided_to VERB — whether any action has that verb.
+decided_to() {
+  awk -F'\t' -v verb="$1" '$1 == verb { found = 1 } END { exit !found }' <<<"$decisions"
+}
+
+# run_checks — the decision's refusals and messages in their order, and each other verb the unit checks itself
+# (its `check_action VERB VALUE`, where it has one): all before anything the decision leads to changes.
+run_checks() {
+  local verb value
+  while IFS=$'\t' read -r verb value; do
+    case "$verb" in
+      refuse) refuse "$value" ;;
+      warn | say) say "$value" ;;
+      *) if declare -F check_action >/dev/null; then check_action "$verb" "$value"; fi ;;
+    esac
+  done <<<"$decisions"
+}
 
 # --- facts, gathered here, decided in Python (gpuhosts/hostside/lxc_gpu_passthrough.py, which says their form) ----
 node_state() {
   if [ -e "$root$1" ]; then echo "node $1 present"; else echo "node $1 absent"; fi
 }
-devices_facts() {
+gather_facts() {
   local config address driver minor guests node
   if ! config="$(pct config "$vmid" 2>&1)"; then
     echo "container absent"
@@ -218,18 +253,8 @@ devices_facts() {
     [ -z "$node" ] || node_state "$node"
   done < <(dev_entries_current)
 }
-command -v python3 >/dev/null \
-  || refuse "python3 is missing, and the GPU passthrough decides in Python: apt-get install python3-minimal"
-decisions="$(devices_facts | python3 -I -c "$devices_decider" ensure "$devices_plan")" \
-  || refuse "the GPU passthrough could not decide: its facts are above"
-
-# --- check -------------------------------------------------------------------------------------------------
-while IFS=$'\t' read -r verb value; do
-  case "$verb" in
-    refuse) refuse "$value" ;;
-    warn | say) say "$value" ;;
-  esac
-done <<<"$decisions"
+decisions="$(decide ensure)" || refuse "the GPU passthrough could not decide: its facts are above"
+run_checks
 
 # --- act ---------------------------------------------------------------------------------------------------
 mkdir -p "$state_dir"

@@ -14,26 +14,8 @@ state="$state_dir/nvidia-driver.state"
 
 gpus=(0000:41:00.0 0000:61:00.0)
 bootloader=systemd-boot
-container_gpus=yes
-devn_min=5.0.7
-hotplug_min=6.0.4
 module_reloaded=0
-loaded="$(module_version)"
-installed="$(userspace_version)"
-say "wanted $version ($module_type); loaded module: ${loaded:-none}; installed user space: ${installed:-none}"
-
-# --- pre-flight: what this host runs, and what the stack cannot do on it, before anything changes -----------
 kernel="$(uname -r)"
-# pve-manager bin/pveversion prints "pve-manager/<version>/<build commit> (running kernel: <release>)".
-pve_version="$(pveversion 2>/dev/null | awk -F/ '$1 == "pve-manager" {print $2; exit}' || true)"
-pct_version="$(dpkg-query -W -f='${Version}' pve-container 2>/dev/null || true)"
-say "pre-flight: Proxmox VE ${pve_version:-unknown} (pveversion), pve-container ${pct_version:-not installed}, kernel $kernel"
-declared_release=9.1
-if [ -n "$declared_release" ] && [ "${pve_version%.*}" != "$declared_release" ]; then
-  refuse "the host runs Proxmox VE ${pve_version:-unknown} (pveversion), the stack says $declared_release" \
-    "(host.proxmoxRelease): the plan checked the driver against $declared_release's kernels; set the release the" \
-    "host runs, or upgrade the host first"
-fi
 
 # --- check: the boot loader the stack names is the one this host boots with --------------------------------
 # Shared by the vfio binding (it runs first and writes kernel arguments) and the driver's pre-flight.
@@ -49,48 +31,90 @@ if [ "$host_bootloader" != "$bootloader" ]; then
 so kernel arguments would be written where the boot loader does not read them: set host.bootloader to $host_bootloader"
 fi
 
-# Secure Boot as mokutil --sb-state decides it: SecureBoot 1 and SetupMode 0 (efivarfs: 4 attribute bytes first).
+# --- facts, gathered here, decided in Python (gpuhosts/hostside/nvidia_driver.py, which says their form) -----------
+# --- decisions in Python over the facts this script gathers ---------------------------------------------------
+# The unit's `gather_facts [ARG]` prints its facts; its decision module (gpuhosts/hostside/, embedded below verbatim)
+# reads them with the plan and prints one action a line, VERB<tab>VALUE…; this script performs them.
+decision_plan='{"container_gpus": true, "devn_min": "5.0.7", "hotplug_min": "6.0.4", "module_type": "open", "proxmox_release": "9.1", "version": "580.126.09"}'
+decider_source="$(cat <<'GPUHOSTS_DECIDER'
+# [gpuhosts/hostside/nvidia_driver.py sha256:7f4435ab9e0f6de4 verbatim; tests/test_nvidia_driver_cases.py]
+GPUHOSTS_DECIDER
+)"
+# The actions of the last decision.
+decisions=""
+
+# decide COMMAND [ARG] — the decision COMMAND over what `gather_facts ARG` prints.
+decide() {
+  command -v python3 >/dev/null \
+    || refuse "python3 is missing, and this unit decides in Python: apt-get install python3-minimal"
+  gather_facts "${2:-}" | python3 -I -c "$decider_source" "$1" "$decision_plan"
+}
+
+# decided VERB — the values of each of that verb's actions, one action a line.
+decided() {
+  awk -F'\t' -v verb="$1" '$1 == verb { sub(/^[^\t]*\t?/, ""); print }' <<<"$decisions"
+}
+
+# decided_to VERB — whether any action has that verb.
+decided_to() {
+  awk -F'\t' -v verb="$1" '$1 == verb { found = 1 } END { exit !found }' <<<"$decisions"
+}
+
+# run_checks — the decision's refusals and messages in their order, and each other verb the unit checks itself
+# (its `check_action VERB VALUE`, where it has one): all before anything the decision leads to changes.
+run_checks() {
+  local verb value
+  while IFS=$'\t' read -r verb value; do
+    case "$verb" in
+      refuse) refuse "$value" ;;
+      warn | say) say "$value" ;;
+      *) if declare -F check_action >/dev/null; then check_action "$verb" "$value"; fi ;;
+    esac
+  done <<<"$decisions"
+}
+
+# efi_byte FILE — an efivarfs variable's value byte (its first 4 bytes are attributes), "-" when unreadable.
 efi_byte() {
-  [ -r "$1" ] || return 0
-  od -An -t u1 -j4 -N1 "$1" | tr -d ' \n'
-}
-efivars="$root/sys/firmware/efi/efivars"
-secure_boot=disabled
-if [ ! -d "$root/sys/firmware/efi" ]; then
-  secure_boot="not available (legacy BIOS boot)"
-elif [ "$(efi_byte "$efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")" = 1 ] \
-  && [ "$(efi_byte "$efivars/SetupMode-8be4df61-93ca-11d2-aa0d-00e098032b8c")" != 1 ]; then
-  secure_boot=enabled
-fi
-say "pre-flight: Secure Boot $secure_boot"
-if [ "$secure_boot" = enabled ] && [ "$installed" != "$version" ]; then
-  refuse "Secure Boot is enabled, so the kernel loads only signed modules, and gpuhosts builds nvidia $version \
-unsigned (it gives the installer no --module-signing-secret-key and sets up no DKMS signing key): disable Secure \
-Boot in the firmware, or install the driver signed with an enrolled MOK yourself, and run again"
-fi
-
-devn=no
-hotplug=no
-if [ -n "$pct_version" ] && dpkg --compare-versions "$pct_version" ge "$devn_min"; then
-  devn=yes
-fi
-if [ -n "$pct_version" ] && dpkg --compare-versions "$pct_version" ge "$hotplug_min"; then
-  hotplug=yes
-fi
-say "pre-flight: container devN entries: $devn (pve-container >= $devn_min); devN hotplug: $hotplug (pve-container >= $hotplug_min)"
-if [ "$container_gpus" = yes ] && [ "$devn" = no ]; then
-  refuse "the stack gives GPUs to containers as devN entries, which need pve-container >= $devn_min (Proxmox VE 8.1); \
-this host has ${pct_version:-no pve-container}: upgrade Proxmox VE and run again"
-fi
-
-# dkms_state KERNEL — DKMS's state of nvidia $version for KERNEL (installed, built), empty when not built there.
-# dkms 3.0.10 do_status prints "<module>/<version>, <kernel>, <arch>: <state>[ (WARNING…)]" or "<module>/<version>: added".
-dkms_state() {
-  printf '%s\n' "$dkms_status" | awk -v prefix="nvidia/$version, $1, " \
-    'index($0, prefix) == 1 {rest = substr($0, length(prefix) + 1); sub(/^[^:]*: /, "", rest); split(rest, w, " "); print w[1]; exit}'
+  if [ -r "$1" ]; then od -An -t u1 -j4 -N1 "$1" | tr -d ' \n'; else printf -- -; fi
 }
 
-if [ "$installed" != "$version" ] && [ -n "$loaded" ] && [ "$loaded" != "$version" ]; then
+# gather_facts [built] — every fact the decisions read; with `built`, DKMS's view of the installed driver.
+gather_facts() {
+  local efivars="$root/sys/firmware/efi/efivars" name package address driver
+  printf 'installed %s\nloaded %s\nkernel %s\n' "$(userspace_version | sed 's/^$/-/')" \
+    "$(module_version | sed 's/^$/-/')" "$kernel"
+  # pve-manager bin/pveversion prints "pve-manager/<version>/<build commit> (running kernel: <release>)".
+  printf 'pveversion %s\n' "$(pveversion 2>/dev/null | head -n1 || true)"
+  printf 'pve-container %s\n' "$(dpkg-query -W -f='${Version}' pve-container 2>/dev/null | sed 's/^$/-/' || echo -)"
+  if [ -d "$root/sys/firmware/efi" ]; then echo "efi present"; else echo "efi absent"; fi
+  for name in SecureBoot SetupMode; do
+    printf 'efivar %s %s\n' "$name-8be4df61-93ca-11d2-aa0d-00e098032b8c" \
+      "$(efi_byte "$efivars/$name-8be4df61-93ca-11d2-aa0d-00e098032b8c")"
+  done
+  for package in dkms "proxmox-headers-$kernel" proxmox-default-headers; do
+    if dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+      echo "package $package installed"
+    else
+      echo "package $package absent"
+    fi
+  done
+  for address in "${gpus[@]}"; do
+    driver="$(pci_driver "$address")"
+    printf 'gpu %s %s\n' "$address" "${driver:--}"
+  done
+  if [ "${1:-}" = built ]; then
+    # dkms 3.0.10 actual_build moves the log beside the build only when it succeeds; a failed one stays in build/.
+    if [ -f "$root/var/lib/dkms/nvidia/$version/build/make.log" ]; then echo "build-log present"; else echo "build-log absent"; fi
+    dkms status -m nvidia -v "$version" 2>/dev/null | sed 's/^/dkms /' || true
+  fi
+}
+
+# --- pre-flight: what this host runs, and what the stack cannot do on it, before anything changes -----------
+decisions="$(decide preflight)" || refuse "the driver could not decide: its facts are above"
+run_checks
+
+if decided_to unload; then
+  loaded="$(module_version)"
   # The installer will not replace a loaded module. Unloading works only while nothing but our own persistence
   # daemon uses a GPU; that one is stopped first and started again if the upgrade has to wait.
   persistenced_was_active=0
@@ -146,15 +170,9 @@ if [ -d "$root/sys/module/nouveau" ] && ! modprobe -r nouveau; then
   exit 0
 fi
 
-if [ "$installed" != "$version" ]; then
-  kernel="$(uname -r)"
-  missing=()
-  # dkms first: the .run registers its module with DKMS only when DKMS is already there.
-  for pkg in dkms "proxmox-headers-$kernel" proxmox-default-headers; do
-    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-      missing+=("$pkg")
-    fi
-  done
+if decided_to install-driver; then
+  installed="$(userspace_version)"
+  read -ra missing <<<"$(decided install-packages)"
   mkdir -p "$state_dir" "$cache"
   if [ "${#missing[@]}" -gt 0 ]; then
     # Recorded first: a run cut off during apt-get must still let teardown remove them.
@@ -181,22 +199,8 @@ fi
 
 # DKMS after a build, and after a kernel update: a module not built for the running kernel never loads, however
 # often the host reboots.
-dkms_status="$(dkms status -m nvidia -v "$version" 2>/dev/null || true)"
-while IFS= read -r line; do
-  [ -z "$line" ] || say "DKMS: $line"
-done <<<"$dkms_status"
-if [ -n "$dkms_status" ] && [ "$(module_version)" != "$version" ] && [ "$(dkms_state "$kernel")" != installed ]; then
-  # dkms 3.0.10 actual_build moves the log beside the build only when it succeeds; a failed one stays in build/.
-  failed_log="/var/lib/dkms/nvidia/$version/build/make.log"
-  if [ -f "$root$failed_log" ]; then
-    why="its DKMS build failed (log: $failed_log)"
-  else
-    why="DKMS has not built it there (is proxmox-headers-$kernel installed?)"
-  fi
-  refuse "nvidia $version is not installed for the running kernel $kernel, so no reboot would load it: $why; \
-fix the build and run 'dkms install -m nvidia -v $version -k $kernel', or boot a kernel it is built for (dkms status \
--m nvidia) with proxmox-boot-tool kernel pin, and run again"
-fi
+decisions="$(decide built built)" || refuse "the driver could not decide: its facts are above"
+run_checks
 
 systemd_repair "$persistenced_unit_name"
 install_file /etc/systemd/system/gpuhosts-nvidia-persistenced.service 0644 <<'GPUHOSTS_EOF'
@@ -206,25 +210,16 @@ GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || [ "$systemd_repaired" = 1 ] || systemctl daemon-reload
 systemd_running "$persistenced_unit_name" "$systemd_repaired"
 
-installed="$(userspace_version)"
-[ "$installed" = "$version" ] || refuse "after installing, user space is ${installed:-absent}, not $version"
+decisions="$(decide settled)" || refuse "the driver could not decide: its facts are above"
+run_checks
 # Unloading the old module took /dev/nvidia-uvm with it; the boot unit that makes it for the containers runs again.
 if [ "$module_reloaded" = 1 ] && systemctl is-enabled --quiet "$uvm_unit_name" 2>/dev/null; then
   systemctl restart "$uvm_unit_name"
   note_change "recreated /dev/nvidia-uvm for the new module"
 fi
-loaded="$(module_version)"
-if [ "$loaded" != "$version" ]; then
-  say "the loaded module is ${loaded:-none}; $version takes over at the next boot"
+if decided_to reboot; then
   reboot_required=1
 fi
-for address in "${gpus[@]}"; do
-  driver="$(pci_driver "$address")"
-  if [ "$driver" != nvidia ]; then
-    say "GPU $address is on '${driver:-no driver}'; nvidia takes it at the next boot"
-    reboot_required=1
-  fi
-done
 # Persistence mode turned off by hand (`nvidia-smi -pm 0`) while the daemon runs: `-pm 1` has the daemon keep the
 # GPU initialised again, through the RPC it serves for that (nvPdSetPersistenceMode: NVIDIA/nvidia-persistenced
 # nvpd_rpc.h). A GPU nvidia-smi cannot query yet (a module that waits for the reboot) is left as it is.

@@ -6,11 +6,6 @@ vfio_slots=(0000:01:00 0000:21:00)
 nvidia_slots=(0000:41:00 0000:61:00)
 original="$state_dir/vfio-original.state"
 added_args="$state_dir/vfio-kernel-args.state"
-vfio_plan='{"bootloader": "systemd-boot", "kernel_args": ["iommu=pt"], "nvidia_slots": ["0000:41:00", "0000:61:00"], "vfio_slots": ["0000:01:00", "0000:21:00"]}'
-vfio_decider="$(cat <<'GPUHOSTS_DECIDER'
-# [gpuhosts/hostside/vfio_binding.py sha256:5b2559c21320ca13 verbatim; tests/test_vfio_binding_cases.py]
-GPUHOSTS_DECIDER
-)"
 
 # node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
 # PVE::INotify::nodename does (`hostname` may print an FQDN).
@@ -112,6 +107,46 @@ vms_using_slot() {
     fi
   done <<<"$vm_table"
 }
+# --- decisions in Python over the facts this script gathers ---------------------------------------------------
+# The unit's `gather_facts [ARG]` prints its facts; its decision module (gpuhosts/hostside/, embedded below verbatim)
+# reads them with the plan and prints one action a line, VERB<tab>VALUE…; this script performs them.
+decision_plan='{"bootloader": "systemd-boot", "kernel_args": ["iommu=pt"], "nvidia_slots": ["0000:41:00", "0000:61:00"], "vfio_slots": ["0000:01:00", "0000:21:00"]}'
+decider_source="$(cat <<'GPUHOSTS_DECIDER'
+# [gpuhosts/hostside/vfio_binding.py sha256:5b2559c21320ca13 verbatim; tests/test_vfio_binding_cases.py]
+GPUHOSTS_DECIDER
+)"
+# The actions of the last decision.
+decisions=""
+
+# decide COMMAND [ARG] — the decision COMMAND over what `gather_facts ARG` prints.
+decide() {
+  command -v python3 >/dev/null \
+    || refuse "python3 is missing, and this unit decides in Python: apt-get install python3-minimal"
+  gather_facts "${2:-}" | python3 -I -c "$decider_source" "$1" "$decision_plan"
+}
+
+# decided VERB — the values of each of that verb's actions, one action a line.
+decided() {
+  awk -F'\t' -v verb="$1" '$1 == verb { sub(/^[^\t]*\t?/, ""); print }' <<<"$decisions"
+}
+
+# decided_to VERB — whether any action has that verb.
+decided_to() {
+  awk -F'\t' -v verb="$1" '$1 == verb { found = 1 } END { exit !found }' <<<"$decisions"
+}
+
+# run_checks — the decision's refusals and messages in their order, and each other verb the unit checks itself
+# (its `check_action VERB VALUE`, where it has one): all before anything the decision leads to changes.
+run_checks() {
+  local verb value
+  while IFS=$'\t' read -r verb value; do
+    case "$verb" in
+      refuse) refuse "$value" ;;
+      warn | say) say "$value" ;;
+      *) if declare -F check_action >/dev/null; then check_action "$verb" "$value"; fi ;;
+    esac
+  done <<<"$decisions"
+}
 
 driver_override() {
   local value
@@ -130,8 +165,8 @@ frame_file() {
   fi
 }
 
-# vfio_facts [--without-vms] — every fact the decisions read. The VMs' PCI ids cost a qm call per VM on a real host.
-vfio_facts() {
+# gather_facts [--without-vms] — every fact the decisions read. The VMs' PCI ids cost a qm call per VM on a real host.
+gather_facts() {
   local slot function dev module file table
   for slot in "${vfio_slots[@]}" "${nvidia_slots[@]}"; do
     while read -r function; do
@@ -164,39 +199,13 @@ vfio_facts() {
   fi
 }
 
-# decide COMMAND [--without-vms] — the decision on this host's facts: one action a line, VERB<tab>VALUE…
-decide() {
-  command -v python3 >/dev/null \
-    || refuse "python3 is missing, and the vfio binding decides in Python: apt-get install python3-minimal"
-  vfio_facts "${2:-}" | python3 -I -c "$vfio_decider" "$1" "$vfio_plan"
-}
-
-# The actions of the last decision.
-decisions=""
-
-# decided VERB — the values of each of that verb's actions, one action a line.
-decided() {
-  awk -F'\t' -v verb="$1" '$1 == verb { sub(/^[^\t]*\t?/, ""); print }' <<<"$decisions"
-}
-
-# decided_to VERB — whether any action has that verb.
-decided_to() {
-  awk -F'\t' -v verb="$1" '$1 == verb { found = 1 } END { exit !found }' <<<"$decisions"
-}
-
-# run_checks — the decisions' refusals, warnings and release checks, in their order, before anything changed.
-run_checks() {
-  local verb value problem
-  while IFS=$'\t' read -r verb value; do
-    case "$verb" in
-      refuse) refuse "$value" ;;
-      warn) say "$value" ;;
-      check-release)
-        problem="$(gpu_release_problem "$value")"
-        [ -z "$problem" ] || refuse "$problem"
-        ;;
-    esac
-  done <<<"$decisions"
+# check_action VERB VALUE — before anything changes, the nvidia driver must let go of a GPU that moves.
+check_action() {
+  local problem
+  if [ "$1" = check-release ]; then
+    problem="$(gpu_release_problem "$2")"
+    [ -z "$problem" ] || refuse "$problem"
+  fi
 }
 
 # write_cmdline PATH BASE64 — the boot loader file as decided, then the boot loader's own refresh.
