@@ -5,6 +5,7 @@ A case's facts are the defaults', less `facts_without`, plus `facts_with` and `w
 
 from __future__ import annotations
 
+import io
 import json
 import re
 
@@ -18,16 +19,22 @@ DEFAULTS = TABLE["defaults"]
 CASES = TABLE["cases"]
 
 
-def facts_of(case: dict) -> str:
-    if "facts" in case:
-        records = list(case["facts"])
+def framed(record: str, config: dict) -> bytes:
+    body = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    return f"{record} {len(body)}\n".encode() + body + b"\n"
+
+
+def facts_of(case: dict) -> bytes:
+    """The records as the ensure gathers them: the configs framed, then the others."""
+    if "config_error" in case:
+        out = f"config-error {case['config_error']}\n".encode()
     else:
-        records = [r for r in DEFAULTS["facts"] if r not in case.get("facts_without", [])]
-        records += case.get("facts_with", [])
-    records = [r for r in records if r not in case.get("facts_without", [])]
-    for item in case.get("with", []):
+        config = case.get("config", DEFAULTS["config"])
+        out = framed("config", config) + framed("current-config", case.get("current", config))
+    records = [r for r in DEFAULTS["facts"] if r not in case.get("facts_without", [])]
+    for item in case.get("facts_with", []):
         records += item if isinstance(item, list) else [item]
-    return "".join(f"{record}\n" for record in records)
+    return out + "".join(f"{record}\n" for record in records).encode()
 
 
 def flat(expect: list) -> list[list[str]]:
@@ -41,8 +48,8 @@ def flat(expect: list) -> list[list[str]]:
 
 
 def decided(case: dict) -> list[list[str]]:
-    return run_decision(decisions, ["ensure", json.dumps({**DEFAULTS["plan"], **case.get("plan", {})})],
-                        facts_of(case))
+    return run_decision(decisions, [case.get("decide", "ensure"),
+                                    json.dumps({**DEFAULTS["plan"], **case.get("plan", {})})], io.BytesIO(facts_of(case)))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
@@ -56,15 +63,19 @@ def test_every_action_and_every_refusal_has_its_case():
     assert refusals_without_case(decisions, refusals) == []
 
 
-@pytest.mark.parametrize("record, words", [
-    ("container paused", "neither absent, running nor stopped"),
-    ("gpu 0000:41:00.0 nvidia", "gpu needs an address, a driver and a minor"),
-    ("node /dev/nvidia0 here", "node needs a path and present or absent"),
-    ("lxc.cgroup2.devices.allow c 195:* rwm", "unknown record"),
+@pytest.mark.parametrize("data, words", [
+    (b"container paused\n", "neither running nor stopped"),
+    (b"gpu 0000:41:00.0 nvidia\n", "gpu needs an address, a driver and a minor"),
+    (b"node /dev/nvidia0 here\n", "node needs a path and present or absent"),
+    (b"lxc.cgroup2.devices.allow c 195:* rwm\n", "unknown record"),
+    (b'config 9\n{"a"\n', "config: 9 bytes and a newline were promised, 5 came"),
+    (b"config 2\n{]\n", "config is not JSON"),
+    (b"current-config 2\n[]\n", "not a JSON object"),
+    (b"config\n{}\n", "config needs its length"),
 ])
-def test_malformed_facts_are_refused(record, words):
+def test_malformed_facts_are_refused(data, words):
     with pytest.raises(decisions.FactsError, match=re.escape(words)):
-        decisions.read_facts(record + "\n")
+        decisions.read_facts(data)
 
 
 @pytest.mark.parametrize("path, fix", [

@@ -2,14 +2,15 @@
 
 The ensure (templates/lxc_gpu_passthrough/devices-ensure.sh.j2) prints what it read and pipes it into this file, run
 on the host verbatim under `python3 -I` (standard library only, Python 3.9 on), and performs the actions it reads
-back. Facts, one record a line, a value running to the end of its line:
+back. Facts, one record a line, a value running to the end of its line; the container's config is Proxmox's own
+JSON, framed by its length:
 
-    container absent                  `pct config VMID` failed
+    config LENGTH, then LENGTH bytes and a newline
+                                      GET /nodes/{node}/lxc/{vmid}/config (`pvesh get … --output-format json`): the
+                                      config as the next start will have it (pending values in, pending deletions out)
+    current-config LENGTH, then …     the same with current=1: what is in effect now
+    config-error TEXT                 why pvesh could not read it
     container running|stopped
-    hostname NAME                     `pct config`'s hostname
-    unprivileged 0|1|-                `pct config`'s unprivileged ("-": not set, which is privileged)
-    entry KEY PATH                    a devN as the container's next start will have it (`pct config`)
-    current KEY PATH                  a devN in effect now (`pct config --current`)
     owned KEY PATH                    a devN gpuhosts gave (its record on the host)
     gpu ADDRESS DRIVER MINOR          each declared GPU ("-": none)
     guests ADDRESS TEXT               the other guests holding it: "none", "unknown: why", or who
@@ -26,6 +27,7 @@ Actions, one a line, tab-separated:
     take-back KEY PATH    a removal by hand that waits for the next start, reverted: the entry stays as it was
     add KEY PATH          a new devN
     want PATH             a node the container must have once the actions ran
+    path PATH             (`paths`) a node a devN names, in either view, whose presence the ensure then gathers
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 NONE = "-"
-VERBS = ("refuse", "warn", "say", "drop", "take-back", "add", "want")
+VERBS = ("refuse", "warn", "say", "drop", "take-back", "add", "want", "path")
 
 
 class FactsError(ValueError):
@@ -46,7 +48,7 @@ class FactsError(ValueError):
 
 @dataclass
 class Facts:
-    exists: bool = True
+    config_error: Optional[str] = None
     running: bool = False
     hostname: str = ""
     unprivileged: str = ""
@@ -69,10 +71,37 @@ def _pair(rest: str) -> Tuple[str, str]:
 
 
 def _container(facts: Facts, rest: str) -> None:
-    if rest not in ("absent", "running", "stopped"):
-        raise FactsError(f"container {rest!r} is neither absent, running nor stopped")
-    facts.exists = rest != "absent"
+    if rest not in ("running", "stopped"):
+        raise FactsError(f"container {rest!r} is neither running nor stopped")
     facts.running = rest == "running"
+
+
+def dev_entries(config: dict) -> List[Tuple[str, str]]:
+    """Each devN of an API config with its path, by key number. The value is a property string: parts split at
+    ',', the path either `path=…` or the part without '=' (pve-container src/PVE/LXC/Config.pm $dev_desc, path its
+    default key), so `path=/dev/nvidia0` and `mode=0666,/dev/nvidia0` name the same node as `/dev/nvidia0`."""
+    entries = []
+    for key in sorted((k for k in config if re.fullmatch(r"dev[0-9]+", k)), key=lambda k: int(k[3:])):
+        path = ""
+        for part in str(config[key]).split(","):
+            if part.startswith("path="):
+                path = part[len("path="):]
+            elif "=" not in part:
+                path = part
+        entries.append((key, path))
+    return entries
+
+
+def _config(facts: Facts, config: dict, current: bool) -> None:
+    if not isinstance(config, dict):
+        raise FactsError("the container's config is not a JSON object")
+    if current:
+        facts.current = dev_entries(config)
+        return
+    facts.hostname = str(config.get("hostname", ""))
+    # a boolean of the schema: 0 or 1, and absent is 0 (privileged)
+    facts.unprivileged = "1" if str(config.get("unprivileged", 0)).lower() in ("1", "true") else "0"
+    facts.entries = dev_entries(config)
 
 
 def _gpu(facts: Facts, rest: str) -> None:
@@ -92,10 +121,7 @@ def _node(facts: Facts, rest: str) -> None:
 
 _RECORDS = {
     "container": _container,
-    "hostname": lambda facts, rest: setattr(facts, "hostname", rest),
-    "unprivileged": lambda facts, rest: setattr(facts, "unprivileged", _dash(rest)),
-    "entry": lambda facts, rest: facts.entries.append(_pair(rest)),
-    "current": lambda facts, rest: facts.current.append(_pair(rest)),
+    "config-error": lambda facts, rest: setattr(facts, "config_error", rest),
     "owned": lambda facts, rest: facts.owned.append(_pair(rest)),
     "gpu": _gpu,
     "guests": lambda facts, rest: facts.guests.__setitem__(*_pair(rest)),
@@ -104,15 +130,33 @@ _RECORDS = {
 }
 
 
-def read_facts(text: str) -> Facts:
+def read_facts(data: bytes) -> Facts:
+    """The gathered facts; FactsError names the first record that is not one."""
     facts = Facts()
-    for line in text.splitlines():
+    at = 0
+    while at < len(data):
+        end = data.find(b"\n", at)
+        if end < 0:
+            raise FactsError(f"the last record has no newline: {data[at:at + 80]!r}")
+        line = data[at:end].decode("utf-8", "replace")
+        at = end + 1
         verb, _, rest = line.partition(" ")
-        if not verb:
-            continue
-        if verb not in _RECORDS:
+        if verb in ("config", "current-config"):
+            if not rest.isdigit():
+                raise FactsError(f"{verb} needs its length: {line!r}")
+            body = data[at:at + int(rest)]
+            if len(body) != int(rest) or data[at + int(rest):at + int(rest) + 1] != b"\n":
+                raise FactsError(f"{verb}: {rest} bytes and a newline were promised, {len(body)} came")
+            at += int(rest) + 1
+            try:
+                config = json.loads(body)
+            except ValueError as error:
+                raise FactsError(f"{verb} is not JSON: {error}") from None
+            _config(facts, config, verb == "current-config")
+        elif verb in _RECORDS:
+            _RECORDS[verb](facts, rest)
+        elif verb:
             raise FactsError(f"unknown record {verb!r}")
-        _RECORDS[verb](facts, rest)
     return facts
 
 
@@ -151,8 +195,11 @@ Action = Tuple[str, ...]
 def _refusals(plan: Plan, facts: Facts) -> Tuple[List[Action], List[str]]:
     """The checks before anything changes, and the nodes the container must have."""
     vmid = plan.vmid
-    if not facts.exists:
-        return [("refuse", f"container {vmid} does not exist on this host (pct list); fix gpuhosts:containers")], []
+    if facts.config_error is not None:
+        if "does not exist" in facts.config_error:
+            return [("refuse", f"container {vmid} does not exist on this host (pct list); fix "
+                               "gpuhosts:containers")], []
+        return [("refuse", f"cannot read container {vmid}'s config: {facts.config_error}")], []
     actions: List[Action] = []
     if facts.hostname != plan.hostname:
         actions.append(("warn", f"warning: container {vmid} is named '{facts.hostname}', the stack says "
@@ -247,7 +294,11 @@ def decide_ensure(plan: Plan, facts: Facts) -> List[Action]:
     return actions + [("want", node) for node in wanted]
 
 
-DECISIONS = {"ensure": decide_ensure}
+def device_paths(plan: Plan, facts: Facts) -> List[Action]:
+    return [("path", path) for path in dict.fromkeys(p for _, p in facts.entries + facts.current if p)]
+
+
+DECISIONS = {"ensure": decide_ensure, "paths": device_paths}
 
 
 def one_line(value: str) -> str:
@@ -258,12 +309,12 @@ def format_actions(actions: List[Action]) -> str:
     return "".join("\t".join(one_line(part) for part in action) + "\n" for action in actions)
 
 
-def main(argv: List[str], stdin: Optional[str] = None) -> int:
+def main(argv: List[str], stdin=None) -> int:
     if len(argv) != 2 or argv[0] not in DECISIONS:
         sys.stderr.write(f"usage: lxc-gpu-passthrough {'|'.join(DECISIONS)} PLAN_JSON < FACTS\n")
         return 2
     try:
-        facts = read_facts(sys.stdin.read() if stdin is None else stdin)
+        facts = read_facts((stdin or sys.stdin.buffer).read())
     except FactsError as error:
         sys.stderr.write(f"the gathered facts are malformed: {error}\n")
         return 1

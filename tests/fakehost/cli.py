@@ -14,7 +14,7 @@ COMMANDS = {  # program -> (module, function)
     "apt-get": ("system", "cmd_apt_get"), "dpkg-query": ("system", "cmd_dpkg_query"), "dpkg": ("system", "cmd_dpkg"),
     "uname": ("system", "cmd_uname"), "systemctl": ("systemd", "cmd_systemctl"), "reboot": ("boot", "cmd_reboot"),
     "fakehost-sysfs-hook": ("kernel", "main"), "journalctl": ("systemd", "cmd_journalctl"),
-    "systemd-run": ("systemd", "cmd_systemd_run"),
+    "systemd-run": ("systemd", "cmd_systemd_run"), "pvesh": ("pve", "cmd_pvesh"),
     # not in bin/: these live inside a container's tree, where a script has to install them first
     "python3": ("pytools", "cmd_python3"), "venv-python": ("pytools", "cmd_venv_python"), "uv": ("pytools", "cmd_uv"),
     "vllm": ("pytools", "cmd_vllm"), "hf": ("hub", "cmd_hf"), "torchrun": ("pytools", "cmd_torchrun"),

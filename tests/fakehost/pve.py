@@ -7,6 +7,7 @@ runs (also when set on a running one); a directory they cover is moved aside to 
 until the mount goes. ``run/lxc/<vmid>.mounts`` lists what is mounted. The container's own ``run/`` is its
 tmpfs: stopping the container clears it, and starting it starts its enabled units.
 """
+import hashlib
 import json
 import os
 import re
@@ -703,3 +704,48 @@ def cmd_qm(argv):
         vm_stop(r, vmid)
     else:
         raise Fail(f"unknown command 'qm {sub}'", 255)
+
+
+# ---- pvesh: the API from the command line ---------------------------------------------------------------
+# The config keys pve-container's schema types as integers or booleans (src/PVE/LXC/Config.pm $confdesc): its
+# parser checks each value against the schema (check_type), so the API hands them back as JSON numbers.
+CT_NUMBER_KEYS = {"unprivileged", "memory", "swap", "cores", "cpuunits", "onboot", "template", "protection", "tty",
+                  "console", "cpulimit"}
+
+
+def ct_api_config(r, vmid, current=False) -> dict:
+    """GET /nodes/{node}/lxc/{vmid}/config: the keys `pct config` shows (pending taken in unless current), the raw
+    lxc.* keys as [[key, value], …], and the file's SHA1 digest (pve-container src/PVE/API2/LXC/Config.pm
+    `vm_config`, which `pct config` calls and prints)."""
+    desc, keys, raw, rest = read_conf(r, CT, vmid)
+    view = conf_view(keys, split_pending(rest)[0], current)
+    out = {k: (float(v) if "." in v else int(v)) if k in CT_NUMBER_KEYS and re.fullmatch(r"\d+(\.\d+)?", v) else v
+           for k, v in view.items()}
+    if desc:
+        out["description"] = "\n".join(l[1:] for l in desc)
+    if raw:
+        out["lxc"] = [[k.strip(), v.strip()] for k, v in (re.split(r"[:=]", l, 1) for l in raw)]
+    out["digest"] = hashlib.sha1(conf_path(r, CT, vmid).read_bytes()).hexdigest()
+    return out
+
+
+def cmd_pvesh(argv):
+    """`pvesh get PATH [--current 1] --output-format json` for a container's config: the one API path gpuhosts
+    reads. Its JSON is the API's result, keys sorted (pve-common src/PVE/CLIFormatter.pm `print_api_result`)."""
+    r = root()
+    args = [a for a in argv if not a.startswith("-")]
+    options = {a.lstrip("-"): b for a, b in zip(argv, argv[1:] + [""]) if a.startswith("-")}
+    if args[:1] != ["get"] or len(args) < 2:
+        raise Fail(f"unknown command 'pvesh {' '.join(argv)}'", 255)
+    if options.get("output-format") != "json":
+        raise Fail("the simulated pvesh prints only --output-format json", 255)
+    match = re.fullmatch(r"/nodes/([^/]+)/lxc/(\d+)/config", args[1])
+    if not match:
+        raise Fail(f"no such resource '{args[1]}'", 255)
+    node, vmid = match[1], int(match[2])
+    if node != node_name(r):
+        raise Fail(f"hostname lookup '{node}' failed - failed to get address info for: {node}: Name or service not "
+                   "known", 255)
+    print(json.dumps(ct_api_config(r, vmid, current=options.get("current") in ("1", "true", "yes")),
+                     sort_keys=True, separators=(",", ":")))
+    return 0

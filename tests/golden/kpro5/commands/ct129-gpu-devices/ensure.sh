@@ -185,7 +185,7 @@ nodes=(/dev/nvidiactl /dev/nvidia-uvm)
 # reads them with the plan and prints one action a line, VERB<tab>VALUE…; this script performs them.
 decision_plan='{"gpus": ["0000:41:00.0", "0000:61:00.0"], "hostname": "llm", "nodes": ["/dev/nvidiactl", "/dev/nvidia-uvm"], "privileged": true, "unwanted": ["/dev/nvidia-uvm-tools"], "vmid": 129}'
 decider_source="$(cat <<'GPUHOSTS_DECIDER'
-# [gpuhosts/hostside/lxc_gpu_passthrough.py sha256:b459ec3cc85215af verbatim; tests/test_lxc_gpu_passthrough_cases.py]
+# [gpuhosts/hostside/lxc_gpu_passthrough.py sha256:757d95ae4a4eb71b verbatim; tests/test_lxc_gpu_passthrough_cases.py]
 GPUHOSTS_DECIDER
 )"
 # The actions of the last decision.
@@ -225,17 +225,22 @@ run_checks() {
 node_state() {
   if [ -e "$root$1" ]; then echo "node $1 present"; else echo "node $1 absent"; fi
 }
+# api_config RECORD [--current 1] — the container's config as Proxmox's API gives it (GET
+# /nodes/{node}/lxc/{vmid}/config, pve-container src/PVE/API2/LXC/Config.pm `vm_config`), framed by its length.
+api_config() {
+  local record="$1" json
+  shift
+  if json="$(pvesh get "/nodes/$(node_name)/lxc/$vmid/config" "$@" --output-format json 2>&1)"; then
+    printf '%s %s\n%s\n' "$record" "$(printf '%s' "$json" | wc -c)" "$json"
+  else
+    printf 'config-error %s\n' "${json//$'\n'/ }"
+  fi
+}
 gather_facts() {
   local config address driver minor guests node
-  if ! config="$(pct config "$vmid" 2>&1)"; then
-    echo "container absent"
-    return 0
-  fi
+  config="$(api_config config && api_config current-config --current 1)"
+  printf '%s\n' "$config"
   if container_running; then echo "container running"; else echo "container stopped"; fi
-  printf 'hostname %s\n' "$(sed -n 's/^hostname: //p' <<<"$config")"
-  printf 'unprivileged %s\n' "$(sed -n 's/^unprivileged: //p' <<<"$config" | sed 's/^$/-/')"
-  parse_dev_entries <<<"$config" | sed 's/^/entry /; s/\t/ /'
-  dev_entries_current | sed 's/^/current /; s/\t/ /'
   [ ! -f "$owned" ] || sed 's/^/owned /' "$owned"
   for address in "${gpus[@]}"; do
     driver="$(pci_driver "$address")"
@@ -249,9 +254,10 @@ gather_facts() {
   for node in "${nodes[@]}"; do
     node_state "$node"
   done
+  # the host node of every devN, as the decisions read the config
   while IFS=$'\t' read -r _ node; do
     [ -z "$node" ] || node_state "$node"
-  done < <(dev_entries_current)
+  done < <(python3 -I -c "$decider_source" paths "$decision_plan" <<<"$config")
 }
 decisions="$(decide ensure)" || refuse "the GPU passthrough could not decide: its facts are above"
 run_checks
