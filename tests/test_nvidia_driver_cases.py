@@ -3,6 +3,7 @@ comparison against dpkg's own (`dpkg --compare-versions`)."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -39,7 +40,8 @@ def flat(expect: list) -> list[list[str]]:
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
 def test_decision(case):
     plan = json.dumps({**DEFAULTS["plan"], **case.get("plan", {})})
-    assert run_decision(decisions, [case["decide"], plan], facts_of(case)) == flat(case["expect"])
+    assert run_decision(decisions, [case["decide"], plan], io.BytesIO(facts_of(case).encode())) == \
+        flat(case["expect"])
 
 
 def test_every_action_and_every_refusal_has_its_case():
@@ -71,7 +73,7 @@ def test_versions_compare_as_dpkg_compares_them(a):
 ])
 def test_malformed_facts_are_refused(record, words):
     with pytest.raises(decisions.FactsError, match=re.escape(words)):
-        decisions.read_facts(record + "\n")
+        decisions.read_facts((record + "\n").encode())
 
 
 @pytest.mark.parametrize("pveversion, version", [

@@ -30,10 +30,9 @@ Actions, one a line, tab-separated:
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 NONE = "-"
 VERBS = ("refuse", "say", "unload", "install-packages", "install-driver", "reboot")
@@ -94,9 +93,10 @@ _RECORDS = {
 }
 
 
-def read_facts(text: str) -> Facts:
+def read_facts(data: bytes) -> Facts:
+    """The gathered facts; FactsError names the first record that is not one."""
     facts = Facts()
-    for line in text.splitlines():
+    for line in data.decode("utf-8", "replace").splitlines():
         verb, _, rest = line.partition(" ")
         if not verb:
             continue
@@ -297,12 +297,12 @@ def format_actions(actions: List[Action]) -> str:
     return "".join("\t".join(one_line(part) for part in action) + "\n" for action in actions)
 
 
-def main(argv: List[str], stdin: Optional[str] = None) -> int:
+def main(argv: List[str], stdin=None) -> int:
     if len(argv) != 2 or argv[0] not in DECISIONS:
         sys.stderr.write(f"usage: nvidia-driver {'|'.join(DECISIONS)} PLAN_JSON < FACTS\n")
         return 2
     try:
-        facts = read_facts(sys.stdin.read() if stdin is None else stdin)
+        facts = read_facts((stdin or sys.stdin.buffer).read())
     except FactsError as error:
         sys.stderr.write(f"the gathered facts are malformed: {error}\n")
         return 1

@@ -37,7 +37,7 @@ fi
 # reads them with the plan and prints one action a line, VERB<tab>VALUE…; this script performs them.
 decision_plan='{"container_gpus": true, "devn_min": "5.0.7", "hotplug_min": "6.0.4", "module_type": "open", "proxmox_release": "9.1", "version": "580.126.09"}'
 decider_source="$(cat <<'GPUHOSTS_DECIDER'
-# [gpuhosts/hostside/nvidia_driver.py sha256:7f4435ab9e0f6de4 verbatim; tests/test_nvidia_driver_cases.py]
+# [gpuhosts/hostside/nvidia_driver.py sha256:664518ee73365b55 verbatim; tests/test_nvidia_driver_cases.py]
 GPUHOSTS_DECIDER
 )"
 # The actions of the last decision.
