@@ -17,6 +17,14 @@ def table(kind: str) -> dict:
     return yaml.safe_load((CASES / f"{kind}.yaml").read_text())
 
 
+def flat(expect: list) -> list[list[str]]:
+    """A case's expected actions, each as strings, with the lists a YAML anchor nests in them laid flat."""
+    out = []
+    for item in expect:
+        out += flat(item) if item and isinstance(item[0], list) else [[str(part) for part in item]]
+    return out
+
+
 def decided(module, argv: list[str], stdin) -> list[list[str]]:
     """The actions `module.main(argv)` prints for the facts on `stdin`, each split at its tabs."""
     out = io.StringIO()

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from decision_tables import decided as run_decision, refusals_without_case, table
+from decision_tables import decided as run_decision, flat, refusals_without_case, table
 from gpuhosts.hostside import lxc_gpu_passthrough as decisions
 
 TABLE = table("lxc_gpu_passthrough")
@@ -35,16 +35,6 @@ def facts_of(case: dict) -> bytes:
     for item in case.get("facts_with", []):
         records += item if isinstance(item, list) else [item]
     return out + "".join(f"{record}\n" for record in records).encode()
-
-
-def flat(expect: list) -> list[list[str]]:
-    out = []
-    for item in expect:
-        if item and isinstance(item[0], list):
-            out += flat(item)
-        else:
-            out.append([str(part) for part in item])
-    return out
 
 
 def decided(case: dict) -> list[list[str]]:

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from decision_tables import decided as run_decision, refusals_without_case, table
+from decision_tables import decided as run_decision, flat, refusals_without_case, table
 from gpuhosts.hostside import nvidia_driver as decisions
 
 TABLE = table("nvidia_driver")
@@ -28,13 +28,6 @@ def facts_of(case: dict) -> str:
     records = {record_name(r): r for r in DEFAULTS["facts"]}
     records.update({record_name(r): r for r in case.get("facts", [])})
     return "".join(f"{record}\n" for record in records.values())
-
-
-def flat(expect: list) -> list[list[str]]:
-    out = []
-    for item in expect:
-        out += flat(item) if item and isinstance(item[0], list) else [[str(part) for part in item]]
-    return out
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
