@@ -731,7 +731,8 @@ def ct_api_config(r, vmid, current=False) -> dict:
 
 def cmd_pvesh(argv):
     """`pvesh get PATH [--current 1] --output-format json` for a container's config: the one API path gpuhosts
-    reads. Its JSON is the API's result, keys sorted (pve-common src/PVE/CLIFormatter.pm `print_api_result`)."""
+    reads. Its JSON is the API's result on one line, keys sorted (pve-common src/PVE/CLIFormatter.pm
+    `print_api_result` @ ac6c61bf135f4e0bb261c4b95cec2071677da99e)."""
     r = root()
     args = [a for a in argv if not a.startswith("-")]
     options = {a.lstrip("-"): b for a, b in zip(argv, argv[1:] + [""]) if a.startswith("-")}
