@@ -29,7 +29,10 @@ from gpuhosts.render import HEREDOC_END, TEMPLATES, _ENV
 
 GOLDEN_ROOT = Path(__file__).resolve().parent / "golden"
 STACKS = {"kpro5": "kpro5", "trainer": "trainer"}  # stack: host folder
-SHARED = ("common/lib.sh.j2", "vfio_binding/pci.sh.j2", "common/container.sh.j2",
+# The vfio binding's gathering first: it holds the VM table and the decisions' plumbing, which other units include
+# on their own.
+SHARED = ("common/lib.sh.j2", "vfio_binding/decide.sh.j2", "common/vms.sh.j2", "common/decisions.sh.j2",
+          "vfio_binding/pci.sh.j2", "common/container.sh.j2",
           "common/systemd-show.sh.j2", "common/systemd-repair.sh.j2", "common/systemd.sh.j2")
 # Every environment's and every download's probe and ensure read what is there with the same functions.
 SHARED += ("python_env/distributions.sh.j2", "model_download/model-files.sh.j2")
@@ -155,7 +158,7 @@ def reviewed(host_dir: Path) -> dict[str, str]:
         if name in installed and elsewhere(name):
             view[name + ".sha256"] = f"sha256:{sha16(text)}  {elsewhere(name)}\n"
         elif name.startswith("commands/") and name.endswith(".sh"):
-            view[name] = fold_installs(fold_deciders(fold_shared(text)), installed)
+            view[name] = fold_installs(fold_shared(fold_deciders(text)), installed)
         else:
             view[name] = text
     return view

@@ -32,46 +32,7 @@ so kernel arguments would be written where the boot loader does not read them: s
 fi
 
 # --- facts, gathered here, decided in Python (gpuhosts/hostside/nvidia_driver.py, which says their form) -----------
-# --- decisions in Python over the facts this script gathers ---------------------------------------------------
-# The unit's `gather_facts [ARG]` prints its facts; its decision module (gpuhosts/hostside/, embedded below verbatim)
-# reads them with the plan and prints one action a line, VERB<tab>VALUE…; this script performs them.
-decision_plan='{"container_gpus": true, "devn_min": "5.0.7", "hotplug_min": "6.0.4", "module_type": "open", "proxmox_release": "9.1", "version": "580.126.09"}'
-decider_source="$(cat <<'GPUHOSTS_DECIDER'
-# [gpuhosts/hostside/nvidia_driver.py sha256:664518ee73365b55 verbatim; tests/test_nvidia_driver_cases.py]
-GPUHOSTS_DECIDER
-)"
-# The actions of the last decision.
-decisions=""
-
-# decide COMMAND [ARG] — the decision COMMAND over what `gather_facts ARG` prints.
-decide() {
-  command -v python3 >/dev/null \
-    || refuse "python3 is missing, and this unit decides in Python: apt-get install python3-minimal"
-  gather_facts "${2:-}" | python3 -I -c "$decider_source" "$1" "$decision_plan"
-}
-
-# decided VERB — the values of each of that verb's actions, one action a line.
-decided() {
-  awk -F'\t' -v verb="$1" '$1 == verb { sub(/^[^\t]*\t?/, ""); print }' <<<"$decisions"
-}
-
-# decided_to VERB — whether any action has that verb.
-decided_to() {
-  awk -F'\t' -v verb="$1" '$1 == verb { found = 1 } END { exit !found }' <<<"$decisions"
-}
-
-# run_checks — the decision's refusals and messages in their order, and each other verb the unit checks itself
-# (its `check_action VERB VALUE`, where it has one): all before anything the decision leads to changes.
-run_checks() {
-  local verb value
-  while IFS=$'\t' read -r verb value; do
-    case "$verb" in
-      refuse) refuse "$value" ;;
-      warn | say) say "$value" ;;
-      *) if declare -F check_action >/dev/null; then check_action "$verb" "$value"; fi ;;
-    esac
-  done <<<"$decisions"
-}
+# [templates/common/decisions.sh.j2 sha256:ced4ceab7921708a plan_json='{"container_gpus": true, "devn_min": "5.0.7", "hotplug_min": "6.0.4", "module_type": "open", "proxmox_release": "9.1", "version": "580.126.09"}' decider=# [gpuhosts/hostside/nvidia_driver.py sha256:664518ee73365b55 verbatim; tests/test_nvidia_driver_cases.py]]
 
 # efi_byte FILE — an efivarfs variable's value byte (its first 4 bytes are attributes), "-" when unreadable.
 efi_byte() {
