@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-from engine_standin import Engine, handler_for
-
 from . import PKG, host_env, kernel
 from .programs import map_program
 from .util import Fail, container, ct_seen_devices, root, settings, tree, unprefix, write
@@ -38,6 +36,15 @@ STOP_DEADLINE_S = 20.0
 # systemd.service(5) RestartSec= default (100ms); systemd 252 src/core/service.c service_init takes
 # manager defaults.restart_usec = DEFAULT_RESTART_USEC.
 DEFAULT_RESTART_S = 0.1
+
+
+def __getattr__(name):
+    # The engine stand-in, and the HTTP server under it, load only where an engine is served: every other
+    # stand-in command imports this module (through pve) on each call, and would pay ~17 ms for them.
+    if name in ("Engine", "handler_for"):
+        import engine_standin
+        return getattr(engine_standin, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def serving(t=None) -> bool:
@@ -324,6 +331,8 @@ def vllm_parser() -> argparse.ArgumentParser:
 def serve(kind: str, argv: list) -> int:
     """The engine process: parse its flags, take its GPUs, serve until SIGTERM."""
     from http.server import ThreadingHTTPServer
+
+    from engine_standin import Engine, handler_for
 
     unit = os.environ.get("FAKEHOST_UNIT", "")
     b = behaviour(unit) if unit else {}
