@@ -18,6 +18,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _PACKAGED = Path(__file__).resolve().parent / "templates"
 TEMPLATES = _PACKAGED if _PACKAGED.is_dir() else PROJECT_ROOT / "templates"
 HEREDOC_END = "GPUHOSTS_EOF"
+# The modules scripts carry to the host and run there (standard library only).
+HOSTSIDE = Path(__file__).resolve().parent / "hostside"
 
 
 class TemplateError(Exception):
@@ -123,6 +125,14 @@ def _systemd(context: jinja2.runtime.Context, value: object, setting: str) -> st
     return systemd_value(value, purpose, kind)
 
 
+def _hostside_source(module: str) -> str:
+    """A module of gpuhosts/hostside/ as the text a script embeds and runs with `python3 -I -c` (its last newline
+    left to the here-document)."""
+    if not re.fullmatch(r"[a-z_]+", module):
+        raise ValueError(f"not a hostside module name: {module!r}")
+    return (HOSTSIDE / f"{module}.py").read_text().rstrip("\n")
+
+
 def _install_snippet(file: HostFile) -> str:
     """The lines of a script that install `file` (idempotently, through install_file of the common library)."""
     body = file.content if file.content.endswith("\n") else file.content + "\n"
@@ -162,6 +172,7 @@ def _environment() -> jinja2.Environment:
     env.filters["heredoc"] = _heredoc
     env.filters["systemd"] = _systemd
     env.globals["install"] = _install_snippet
+    env.globals["hostside_source"] = _hostside_source
     env.globals.update(result_prefix=protocol.RESULT_PREFIX, facts_prefix=protocol.FACTS_PREFIX,
                        lock_wait_prefix=protocol.LOCK_WAIT_PREFIX, no_change_result=protocol.Result(False).line(),
                        lock_timeout_s=protocol.LOCK_TIMEOUT_S, skipped_prefix=protocol.SKIPPED_PREFIX)

@@ -61,6 +61,24 @@ def sha16(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# A unit's decisions embedded in its scripts (the here-document GPUHOSTS_DECIDER): the hostside module they are,
+# verbatim, and where they are tested.
+DECIDERS = {"gpuhosts/hostside/vfio_binding.py": "tests/test_vfio_binding_cases.py",
+            "gpuhosts/hostside/lxc_gpu_passthrough.py": "tests/test_lxc_gpu_passthrough_cases.py",
+            "gpuhosts/hostside/nvidia_driver.py": "tests/test_nvidia_driver_cases.py",
+            "gpuhosts/hostside/vm_table.py": "tests/test_vm_table_cases.py"}
+# The here-documents that carry a decision module: the unit's own, and the VM table of templates/common/vms.sh.j2.
+DECIDER_ENDS = ("GPUHOSTS_DECIDER", "GPUHOSTS_VM_TABLE")
+
+
+def decider_pointer(body: str) -> str | None:
+    """The line that stands for an embedded decision module's text, when `body` is one verbatim."""
+    for module, tested in DECIDERS.items():
+        if (PROJECT / module).read_text() == body:
+            return f"# [{module} sha256:{sha16(body)} verbatim; {tested}]"
+    return None
+
+
 def inlined(template: str) -> str:
     """The template's source with its `{% include %}`s replaced by theirs, as rendering inlines them."""
     return re.sub(r'{% include "([^"]+)" %}', lambda m: inlined(m[1]).removesuffix("\n"),
@@ -78,7 +96,9 @@ def shared_pattern(template: str) -> tuple[re.Pattern, list[str | None]]:
             parts.append(re.escape(piece))
             continue
         try:
-            parts.append(re.escape(_ENV.from_string(piece).render()))
+            rendered = _ENV.from_string(piece).render()
+            # A decision module a shared template embeds itself is folded first (fold_deciders).
+            parts.append(re.escape(decider_pointer(rendered + "\n") or rendered))
         except jinja2.UndefinedError:
             parts.append(r"([^\n]*?)")
             names.append(re.match(r"{{\s*(\w+)", piece)[1])
@@ -112,25 +132,14 @@ def elsewhere(name: str) -> str | None:
     return next((why for path, why in ELSEWHERE.items() if inside == path or inside.startswith(path)), None)
 
 
-# A unit's decisions embedded in its scripts (the here-document GPUHOSTS_DECIDER): the hostside module they are,
-# verbatim, and where they are tested.
-DECIDERS = {"gpuhosts/hostside/vfio_binding.py": "tests/test_vfio_binding_cases.py",
-            "gpuhosts/hostside/lxc_gpu_passthrough.py": "tests/test_lxc_gpu_passthrough_cases.py",
-            "gpuhosts/hostside/nvidia_driver.py": "tests/test_nvidia_driver_cases.py"}
-DECIDER_END = "GPUHOSTS_DECIDER"
-
-
 def fold_deciders(script: str) -> str:
     """The body of each embedded decision module, when it is that module verbatim, by a pointer to it."""
-    sources = {(PROJECT / module).read_text(): (module, tested) for module, tested in DECIDERS.items()}
-
     def pointer(match: re.Match) -> str:
-        if match["body"] not in sources:
-            return match[0]
-        module, tested = sources[match["body"]]
-        return f"{match['head']}# [{module} sha256:{sha16(match['body'])} verbatim; {tested}]\n{DECIDER_END}"
+        line = decider_pointer(match["body"])
+        return match[0] if line is None else f"{match['head']}{line}\n{match['end']}"
 
-    return re.sub(rf"(?P<head><<'{DECIDER_END}'\n)(?P<body>.*?\n){DECIDER_END}$", pointer, script, flags=re.S | re.M)
+    ends = "|".join(DECIDER_ENDS)
+    return re.sub(rf"(?P<head><<'(?P<end>{ends})'\n)(?P<body>.*?\n)(?P=end)$", pointer, script, flags=re.S | re.M)
 
 
 def fold_installs(script: str, installed: dict[str, str]) -> str:

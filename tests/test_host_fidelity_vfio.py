@@ -146,15 +146,16 @@ def test_a_running_vm_keeps_its_gpu_however_its_config_spells_it(tmp_path, name,
 
 # ---- D7: a safety check whose tool fails refuses with the tool's error -----------------------------------
 
-QM_FAILURES = [{"list": "ipcc_send_rec[1] failed: Connection refused"},
-               {"config": "unable to parse value of 'hostpci0' - format error"},
-               {"status": "VM 101 qmp command 'query-status' failed - got timeout"}]
+# Each API path the VM table reads, failing as Proxmox fails (pmxcfs down, a config that does not parse, a lock).
+API_FAILURES = [{"/nodes/kpro5/qemu": "ipcc_send_rec[1] failed: Connection refused"},
+                {"/nodes/kpro5/qemu/101/config": "unable to parse value of 'hostpci0' - format error"},
+                {"/cluster/mapping/pci": "cfs-lock 'file-mapping_pci' error: got lock request timeout"}]
 
 
-@pytest.mark.parametrize("failing", QM_FAILURES, ids=[next(iter(f)) for f in QM_FAILURES])
-def test_a_failing_qm_refuses_with_its_error_and_the_probe_says_so(tmp_path, failing):
+@pytest.mark.parametrize("failing", API_FAILURES, ids=["list", "config", "mapping"])
+def test_a_failing_api_read_refuses_with_its_error_and_the_probe_says_so(tmp_path, failing):
     t = seed_kpro5(tmp_path / "kpro5")
-    configure(t, qm_fail=failing)
+    configure(t, pvesh_fail=failing)
     unit = vfio()
     (message,) = failing.values()
     refused(t, unit.ensure, message)

@@ -729,10 +729,70 @@ def ct_api_config(r, vmid, current=False) -> dict:
     return out
 
 
+# The config keys qemu-server's schema types as integers, numbers or booleans (src/PVE/QemuServer.pm $confdesc @
+# e6352be67f70042a7433a3a3c712b36d02f9f7cb); `memory` is a property string there, so it stays text.
+VM_NUMBER_KEYS = {"onboot", "autostart", "reboot", "cpulimit", "cpuunits", "balloon", "shares", "smp", "sockets",
+                  "cores", "numa", "keephugepages", "vcpus", "acpi", "kvm", "tdf", "localtime", "freeze", "template",
+                  "tablet", "migrate_speed", "migrate_downtime", "protection"}
+
+
+def typed(keys: dict, numbers: set) -> dict:
+    return {k: (float(v) if "." in v else int(v)) if k in numbers and re.fullmatch(r"\d+(\.\d+)?", v) else v
+            for k, v in keys.items()}
+
+
+def vm_api_config(r, vmid, current=False) -> dict:
+    """GET /nodes/{node}/qemu/{vmid}/config: the keys `qm config` shows (pending taken in unless current) and the
+    file's SHA1 digest (qemu-server src/PVE/API2/Qemu.pm `vm_config` @ e6352be67f70042a7433a3a3c712b36d02f9f7cb)."""
+    out = typed(vm_config(r, vmid, current), VM_NUMBER_KEYS)
+    out["digest"] = hashlib.sha1(conf_path(r, VM, vmid).read_bytes()).hexdigest()
+    return out
+
+
+def vm_api_list(r, full=False) -> list:
+    """GET /nodes/{node}/qemu: each VM's vmstatus entry; with `full` QMP's status as `qmpstatus`, which is the plain
+    status when QMP gives none (qemu-server src/PVE/API2/Qemu.pm `vmlist`, src/PVE/QemuServer.pm `vmstatus` @
+    e6352be67f70042a7433a3a3c712b36d02f9f7cb). The simulated VMs are never paused."""
+    listed = []
+    for vmid, name, status, memory_mb, disk_gb, pid in qm_list_rows(r):
+        entry = {"vmid": vmid, "name": name, "status": status, "maxmem": memory_mb * 1024 * 1024,
+                 "maxdisk": int(disk_gb * 1024 ** 3), "cpus": int(vm_config(r, vmid, True).get("cores", "1"))}
+        if pid != "0":
+            entry["pid"] = int(pid)
+        if full:
+            entry["qmpstatus"] = status
+        listed.append(entry)
+    return listed
+
+
+def pci_mappings(r) -> list:
+    """GET /cluster/mapping/pci: each mapping of etc/pve/mapping/pci.cfg with its id, its `map` entries as
+    written, its other keys, and the file's digest (pve-manager PVE/API2/Cluster/Mapping/PCI.pm `index` @
+    14a22df35955d97dfc1af21e117dc894a29df0c9; the section format of pve-guest-common src/PVE/Mapping/PCI.pm)."""
+    p = r / "etc/pve/mapping/pci.cfg"
+    if not p.exists():
+        return []
+    digest = hashlib.sha1(p.read_bytes()).hexdigest()
+    found, current = [], None
+    for line in p.read_text().splitlines():
+        if not line.strip():
+            continue
+        if line[:1].strip():
+            current = {"id": line.split()[0], "digest": digest}
+            found.append(current)
+        elif current is not None:
+            key, _, value = line.strip().partition(" ")
+            if key == "map":
+                current.setdefault("map", []).append(value.strip())
+            else:
+                current[key] = value.strip()
+    return found
+
+
 def cmd_pvesh(argv):
-    """`pvesh get PATH [--current 1] --output-format json` for a container's config: the one API path gpuhosts
-    reads. Its JSON is the API's result on one line, keys sorted (pve-common src/PVE/CLIFormatter.pm
-    `print_api_result` @ ac6c61bf135f4e0bb261c4b95cec2071677da99e)."""
+    """`pvesh get PATH [--current 1] [--full 1] --output-format json` for the API paths gpuhosts reads. Its JSON is
+    the API's result on one line, keys sorted (pve-common src/PVE/CLIFormatter.pm `print_api_result` @
+    ac6c61bf135f4e0bb261c4b95cec2071677da99e)."""
     r = root()
     args = [a for a in argv if not a.startswith("-")]
     options = {a.lstrip("-"): b for a, b in zip(argv, argv[1:] + [""]) if a.startswith("-")}
@@ -740,13 +800,26 @@ def cmd_pvesh(argv):
         raise Fail(f"unknown command 'pvesh {' '.join(argv)}'", 255)
     if options.get("output-format") != "json":
         raise Fail("the simulated pvesh prints only --output-format json", 255)
-    match = re.fullmatch(r"/nodes/([^/]+)/lxc/(\d+)/config", args[1])
-    if not match:
-        raise Fail(f"no such resource '{args[1]}'", 255)
-    node, vmid = match[1], int(match[2])
-    if node != node_name(r):
-        raise Fail(f"hostname lookup '{node}' failed - failed to get address info for: {node}: Name or service not "
-                   "known", 255)
-    print(json.dumps(ct_api_config(r, vmid, current=options.get("current") in ("1", "true", "yes")),
-                     sort_keys=True, separators=(",", ":")))
+    path = args[1]
+    # A failing API call (pmxcfs down, a lock, a broken config): the message on stderr and Perl's status for a die.
+    failing = settings(r).get("pvesh_fail", {})
+    if path in failing:
+        raise Fail(failing[path], 255)
+    on = {k: options.get(k) in ("1", "true", "yes") for k in ("current", "full")}
+    match = re.fullmatch(r"/nodes/([^/]+)/(lxc|qemu)(?:/(\d+)/config)?", path)
+    if match and match[1] != node_name(r):
+        raise Fail(f"hostname lookup '{match[1]}' failed - failed to get address info for: {match[1]}: Name or "
+                   "service not known", 255)
+    if path == "/cluster/mapping/pci":
+        answer = pci_mappings(r)
+    elif match and match[2] == "lxc" and match[3]:
+        answer = ct_api_config(r, int(match[3]), current=on["current"])
+    elif match and match[2] == "qemu" and match[3]:
+        read_conf(r, VM, int(match[3]))
+        answer = vm_api_config(r, int(match[3]), current=on["current"])
+    elif match and match[2] == "qemu":
+        answer = vm_api_list(r, full=on["full"])
+    else:
+        raise Fail(f"no such resource '{path}'", 255)
+    print(json.dumps(answer, sort_keys=True, separators=(",", ":")))
     return 0

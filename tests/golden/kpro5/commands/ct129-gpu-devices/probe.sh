@@ -1,10 +1,10 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gpu-devices]
 # The probe of ct129-gpu-devices: reads the host and changes nothing; prints one facts line.
 # [templates/common/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
-# [templates/common/vms.sh.j2 sha256:f2afae747735404b]
+# [templates/common/vms.sh.j2 sha256:c8077a96315654ac]
 # --- other guests on the container's GPUs (the devices' ensure and probe) ------------------------------------
 # Two guests on one GPU is drift no ensure may repair: taking the GPU from the other guest stops whatever runs
-# there, so the probe names the guest and the ensure refuses. Read once per script, as each pct and qm call costs
+# there, so the probe names the guest and the ensure refuses. Read once per script, as each pct and pvesh call costs
 # a Perl start on a real host; a failed call is the fact's value, never "none".
 #
 # guest_table — "CT <vmid> <key> <path>" for each devN in effect (`pct config --current`) of every other running

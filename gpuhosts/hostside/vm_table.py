@@ -1,0 +1,174 @@
+"""The VMs that name a PCI device, read from Proxmox VE's API as JSON: one row per PCI id a VM's hostpciN entries give
+this node, with the VM's status.
+
+The scripts that need it (templates/common/vms.sh.j2) read the API with `pvesh get … --output-format json` and pipe
+the answers in; this file runs on the host verbatim under `python3 -I` (standard library only, Python 3.9 and later)
+and prints the rows. Each API path, and what its answer holds:
+
+    qemu-list     GET /nodes/{node}/qemu --full 1       [{"vmid": 101, "status": "running", "qmpstatus": …}, …]
+                  qemu-server src/PVE/API2/Qemu.pm `vmlist`; `full` asks QMP, so `qmpstatus` is what `qm status`
+                  prints (paused, prelaunch, …), and `status` when QMP gave none (src/PVE/QemuServer.pm `vmstatus`)
+    qemu-config   GET /nodes/{node}/qemu/{vmid}/config --current 1    {"hostpci0": "0000:01:00,pcie=1", …}
+                  qemu-server src/PVE/API2/Qemu.pm `vm_config`; `current` is what a running VM has, not what is
+                  pending
+    pci-mapping   GET /cluster/mapping/pci              [{"id": "rtx3090", "map": ["node=kpro5,path=…", …]}, …]
+                  pve-manager PVE/API2/Cluster/Mapping/PCI.pm `index`, each mapping as
+                  pve-guest-common src/PVE/Mapping/PCI.pm stores it
+
+All read at qemu-server e6352be67f70042a7433a3a3c712b36d02f9f7cb and pve-manager
+14a22df35955d97dfc1af21e117dc894a29df0c9.
+
+Records on stdin, each answer framed by its length (it is JSON, but framing keeps one reader for every record):
+
+    api NAME LENGTH, then LENGTH bytes and a newline    NAME: qemu-list, pci-mapping, qemu-config VMID
+
+Commands:
+
+    vmids              the VMs of qemu-list, one a line: the qemu-config records to gather next
+    rows NODE          "VMID STATUS ID" for every PCI id in a VM's current config, resolved through the cluster's
+                       resource mappings for NODE
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Dict, List, Tuple
+
+_HOSTPCI = re.compile(r"hostpci\d+")
+
+
+class FactsError(ValueError):
+    pass
+
+
+def read_answers(data: bytes) -> Dict[str, object]:
+    """The API answers by record name; FactsError names the first record that is not one."""
+    answers: Dict[str, object] = {}
+    at = 0
+    while at < len(data):
+        end = data.find(b"\n", at)
+        if end < 0:
+            raise FactsError(f"the last record has no newline: {data[at:at + 80]!r}")
+        line = data[at:end].decode("utf-8", "replace")
+        at = end + 1
+        verb, _, rest = line.partition(" ")
+        if not verb:
+            continue
+        name, _, length = rest.rpartition(" ")
+        if verb != "api" or not name or not length.isdigit():
+            raise FactsError(f"not an api record with a name and a length: {line!r}")
+        size = int(length)
+        body = data[at:at + size]
+        if len(body) != size or data[at + size:at + size + 1] != b"\n":
+            raise FactsError(f"{name}: {size} bytes and a newline were promised, {len(body)} came")
+        at += size + 1
+        try:
+            answers[name] = json.loads(body.decode("utf-8"))
+        except ValueError as error:
+            raise FactsError(f"{name} is not JSON: {error}") from None
+    return answers
+
+
+def normal_address(text: str) -> str:
+    """A PCI id as the scripts compare them: lower case, a 4-digit domain (nvidia-smi writes 8, Proxmox none)."""
+    address = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"[0-9a-f]{8}:.*", address):
+        return address[4:]
+    if re.fullmatch(r"[0-9a-f]{2}:[0-9a-f]{2}(\.[0-7])?", address):
+        return "0000:" + address
+    return address
+
+
+def property_string(text: str, default_key: str) -> List[Tuple[str, str]]:
+    """A Proxmox property string's key=value parts, in order; a part without `=` belongs to the default key
+    (pve-common src/PVE/JSONSchema.pm `parse_property_string`)."""
+    parts = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, equals, value = part.partition("=")
+        parts.append((key, value) if equals else (default_key, part))
+    return parts
+
+
+def mapped_paths(mappings: object, name: str, node: str) -> List[str]:
+    """The PCI paths a cluster resource mapping gives this node. Each `map` entry names its node and its paths,
+    several paths `;`-separated; its format has no default key, and Proxmox skips an entry it cannot parse
+    (pve-guest-common src/PVE/Mapping/PCI.pm `$map_fmt`, `get_node_mapping` @
+    11fa95682eed43e7aa89c0e70769fe6e177327eb)."""
+    paths: List[str] = []
+    for mapping in mappings if isinstance(mappings, list) else []:
+        if not isinstance(mapping, dict) or mapping.get("id") != name:
+            continue
+        for entry in mapping.get("map") or []:
+            parts = property_string(entry, "")
+            keys = dict(parts)
+            if "" not in keys and keys.get("node") == node:
+                paths += [p for p in keys.get("path", "").split(";") if p]
+    return paths
+
+
+def hostpci_ids(config: Dict[str, object], mappings: object, node: str) -> List[str]:
+    """The PCI ids every hostpciN entry of a VM's config names, mappings resolved: `host` is the default key, so
+    `pcie=1,0000:01:00` names the host too, and several ids are `;`-separated (qemu-server
+    src/PVE/QemuServer/PCI.pm `$hostpci_fmt`)."""
+    ids: List[str] = []
+    for key in sorted(config, key=lambda k: (len(k), k)):
+        if not _HOSTPCI.fullmatch(key):
+            continue
+        for part_key, value in property_string(str(config[key]), "host"):
+            if part_key == "host":
+                ids += value.split(";")
+            elif part_key == "mapping":
+                ids += mapped_paths(mappings, value, node)
+    return [normal_address(i) for i in ids if i.strip()]
+
+
+def vmids(answers: Dict[str, object]) -> List[int]:
+    listed = answers.get("qemu-list")
+    if not isinstance(listed, list):
+        raise FactsError("qemu-list is not the API's list of VMs")
+    found = []
+    for vm in listed:
+        vmid = vm.get("vmid") if isinstance(vm, dict) else None
+        if not isinstance(vmid, int) or isinstance(vmid, bool):
+            raise FactsError(f"a VM of qemu-list has no numeric vmid: {vm!r}")
+        found.append(vmid)
+    return sorted(found)
+
+
+def rows(answers: Dict[str, object], node: str) -> List[Tuple[int, str, str]]:
+    """(vmid, status, PCI id) for every PCI id in a VM's current config; a VM listed without its config is an
+    error, never "no PCI ids"."""
+    mappings = answers.get("pci-mapping", [])
+    statuses = {vm["vmid"]: str(vm.get("qmpstatus") or vm.get("status") or "unknown")
+                for vm in answers.get("qemu-list") or [] if isinstance(vm, dict)}
+    found = []
+    for vmid in vmids(answers):
+        config = answers.get(f"qemu-config {vmid}")
+        if not isinstance(config, dict):
+            raise FactsError(f"VM {vmid} is listed but its config was not read")
+        found += [(vmid, statuses[vmid], pci_id) for pci_id in dict.fromkeys(hostpci_ids(config, mappings, node))]
+    return found
+
+
+def main(argv: List[str], stdin=None) -> int:
+    if not argv or argv[0] not in ("vmids", "rows") or len(argv) != (1 if argv[0] == "vmids" else 2):
+        sys.stderr.write("usage: vm-table vmids|rows NODE < API ANSWERS\n")
+        return 2
+    try:
+        answers = read_answers((stdin or sys.stdin.buffer).read())
+        lines = ([str(v) for v in vmids(answers)] if argv[0] == "vmids"
+                 else [f"{vmid} {status} {pci_id}" for vmid, status, pci_id in rows(answers, argv[1])])
+    except FactsError as error:
+        sys.stdout.write(f"the API's answers about the VMs are malformed: {error}\n")
+        return 1
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
