@@ -74,16 +74,7 @@ FULL_TIER = {
     "lifecycle/test_fleet.py": "a one-host stack moved into a list of hosts, and a host down, over SSH",
     "lifecycle/test_benchmark_lifecycle.py": "the bake-off measured three times over SSH",
     "lifecycle/test_rollout.py": "rolling upgrades of three replicas behind the real smg router, under load, over SSH",
-    "test_lifecycle.py::test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands": "a second converge, over SSH",
-    "test_lifecycle.py::test_an_unreachable_host_says_what_to_do": "a failure case, over SSH",
-    "test_lifecycle.py::test_a_host_that_shows_another_key_is_refused_before_anything_runs": "a failure case, over SSH",
-    "test_lifecycle.py::test_a_failed_command_names_the_unit_and_shows_only_the_tail_of_its_output":
-        "a refusal case; the unit's own script tests have it",
-    "test_lifecycle.py::test_refuses_to_take_a_gpu_from_a_running_vm": "a refusal case, over SSH",
-    "test_lifecycle.py::test_refuses_to_unbind_a_gpu_persistence_mode_keeps": "a refusal case, over SSH",
-    "test_lifecycle.py::test_refuses_a_container_user_space_that_differs_from_the_host_module":
-        "a refusal case, over SSH",
-    "test_lifecycle.py::test_refuses_container_devices_without_nvidia_uvm": "a refusal case, over SSH",
+    "test_lifecycle.py": "changes and refusals of a converged host, over SSH",
     "test_host_scripts.py": "the host units' scenarios, script by script",
     "test_service_scripts.py": "the services' scenarios, script by script",
     "test_training_scripts.py": "the training node's scenarios, script by script",
@@ -112,8 +103,11 @@ FULL_TIER = {
 }
 # Tests of a full-tier module that `make test` keeps: the one converge of a unit kind no quick module has.
 QUICK_IN_FULL_MODULE = {
-    "test_service_scripts.py::test_weights_on_host_storage_survive_in_the_host_directory": "ModelStore",
+    "test_service_scripts.py::test_weights_on_host_storage_survive_in_the_host_directory":
+        "ModelStore, and the services' kinds",
     "test_benchmark_unit.py::test_each_service_is_measured_in_turn_and_the_declared_one_runs_again": "Benchmark",
+    "test_training_scripts.py::test_up_to_a_running_job_then_nothing_changes_and_destroy_keeps_the_results":
+        "the training node's kinds",
 }
 TESTS = Path(__file__).resolve().parent
 

@@ -34,6 +34,16 @@ def test_kpro5_converges_on_each_release_and_destroy_restores_it(tmp_path, profi
         assert host.driver(address) == "nvidia", address
     smi = host.smi_in_container()
     assert smi.returncode == 0 and VERSION in smi.stdout, smi.stderr
+    # The exporters run on loopback; the packages' own units stay masked, their programs installed.
+    for ours, theirs, program in (
+            ("gpuhosts-node-exporter.service", "prometheus-node-exporter.service", "/usr/bin/prometheus-node-exporter"),
+            ("gpuhosts-dcgm-exporter.service", "nvidia-dcgm-exporter.service", "/usr/bin/dcgm-exporter")):
+        states = host.run(f"systemctl is-active {ours}; systemctl is-enabled {theirs}; "
+                          f"systemctl is-active {theirs}; test -x \"$GPUHOSTS_HOST_ROOT{program}\" && echo program")
+        assert states.stdout.split() == ["active", "masked", "inactive", "program"], (ours, states)
+    assert "--web.listen-address=127.0.0.1:9100" in host.text("/etc/systemd/system/gpuhosts-node-exporter.service")
+    rules = host.text("/etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-kpro5.rules.yml")
+    assert "GpuhostsGpuXid" in rules and "GpuhostsNodeExporterDown" in rules
     for unit in host.units():
         assert host.probe(unit) == unit.desired, unit.key
     (driver,) = [u for u in host.units() if u.key == "nvidia-driver"]

@@ -1,26 +1,23 @@
-"""The kpro5 stack's whole lifecycle on a simulated host reached over real SSH (tests/sshhost).
+"""The kpro5 stack's changes and refusals on a simulated host reached over real SSH (tests/sshhost).
 
 The real `__main__.py` registers the resources under the mock runtime; tests/engine drives the real host-unit
 provider through Pulumi's dynamic-provider server as the engine does (refresh, parallel steps, create before
-delete); the checks read the host. Drift, renames and faults are in tests/lifecycle/.
+delete); the checks read the host. Up from the seed, up again and destroy are the real engine's
+(tests/realengine/test_kpro5.py); drift, renames and faults are in tests/lifecycle/.
 """
 
 from __future__ import annotations
 
-import base64
-import pickle
 import subprocess
 
-import dill
 import pytest
 
-from engine import PROVIDER_KEY, ApplyError, is_host_unit
+from engine import ApplyError, is_host_unit
 from fakehost.tree import tree_digest
 from gpuhosts.plans.proxmox_host import plan_host
-from gpuhosts.protocol import parse_result
 from gpuhosts.provider import state_signature
 from gpuhosts.stacks import validate_stack
-from sshhost.bed import A6000, MODEL, RTX3090_FUNCTIONS, VERSION, Bed, moved_to_vfio, names
+from sshhost.bed import VERSION, Bed, moved_to_vfio, names
 
 
 def order_of(bed: Bed) -> list[str]:
@@ -61,92 +58,6 @@ def applied(bed: Bed) -> dict:
             for urn, entry in bed.engine.state().items()}
 
 
-# gpuhosts:monitoring's units beside the host's chain: the node exporter and the files wait for the vfio binding,
-# the DCGM exporter for the driver.
-MONITORING = ("node-exporter", "monitoring-files", "dcgm-exporter")
-
-
-def test_up_from_the_seed_reaches_the_kpro5_state(template):
-    bed, _program, start, after, ops = template
-    order = [key for key in order_of(bed) if key not in MONITORING]
-    assert order[:2] == ["vfio-binding", "nvidia-driver"] and order[-1] == "ct129-nvidia-userspace", order
-    # The host's units form a chain, so their ops end in the apply order.
-    assert [(op.name, op.operation) for op in ops if op.name not in MONITORING] == [(name, "create") for name in order]
-    assert sorted((op.name, op.operation) for op in ops if op.name in MONITORING) == sorted(
-        (name, "create") for name in MONITORING)
-    assert all(op.changed for op in ops), [(op.name, op.changed) for op in ops]
-    assert after != start
-
-    for function in RTX3090_FUNCTIONS:
-        assert bed.driver(function) == "vfio-pci", function
-    for address in A6000:
-        assert bed.driver(address) == "nvidia", address
-    assert bed.text("/sys/module/nvidia/version").strip() == VERSION
-    assert sorted(bed.container_devices()) == sorted(
-        [f"/dev/nvidia{bed.minor(a)}" for a in A6000] + ["/dev/nvidiactl", "/dev/nvidia-uvm"])
-    smi = bed.smi_in_container()
-    assert smi.returncode == 0, smi.stderr
-    assert sorted(smi.stdout.split()) == sorted(["00000000:41:00.0,", "00000000:61:00.0,", VERSION, VERSION])
-    assert bed.problems() == []
-
-    state = {entry["name"]: entry for entry in bed.engine.state().values() if "ensure" in entry["inputs"]}
-    assert sorted(state) == sorted(order_of(bed))
-    # The vfio binding rewrote the initramfs: the host needs a reboot for it, and says so as an output.
-    assert state["vfio-binding"]["outputs"]["rebootRequired"] is True
-    # The state holds what the provider observed after its own refresh: the desired facts.
-    assert all(entry["outputs"]["facts"] == entry["inputs"]["facts"] for entry in state.values())
-
-
-def test_the_exporters_run_on_loopback_and_the_packages_own_units_stay_masked(template):
-    bed = template[0]
-    for ours, theirs, program in (
-            ("gpuhosts-node-exporter.service", "prometheus-node-exporter.service", "/usr/bin/prometheus-node-exporter"),
-            ("gpuhosts-dcgm-exporter.service", "nvidia-dcgm-exporter.service", "/usr/bin/dcgm-exporter")):
-        states = bed.on_host(f"systemctl is-active {ours}; systemctl is-enabled {theirs}; "
-                             f"systemctl is-active {theirs}; test -x \"$GPUHOSTS_HOST_ROOT{program}\" && echo program")
-        assert states.stdout.split() == ["active", "masked", "inactive", "program"], (ours, states)
-    assert "--web.listen-address=127.0.0.1:9100" in bed.text("/etc/systemd/system/gpuhosts-node-exporter.service")
-    rules = bed.text("/etc/gpuhosts/monitoring/prometheus/rules/gpuhosts-kpro5.rules.yml")
-    assert "GpuhostsGpuXid" in rules and "GpuhostsNodeExporterDown" in rules
-
-
-def test_up_again_runs_nothing_and_every_ensure_script_changes_nothing(template, converged):
-    _bed, _program, _start, after, _runs = template
-    program = converged.program()
-    assert converged.digest() == after
-    preview = converged.preview(program=program)
-    assert preview.changed() == {} and preview.refreshed == {}
-    ops = converged.up(program=program)
-    # Only reads: each unit's in the preview's refresh and again in the update's (tests/engine `up`).
-    assert names(ops) == [] and sorted(op.name for op in ops) == sorted(order_of(converged) * 2)
-
-    # By hand, over SSH, as an operator would run them.
-    for name, script in converged.ensure_scripts(program):
-        result = converged.on_host(script)
-        assert result.returncode == 0, f"{name}:\n{result.stdout}{result.stderr}"
-        assert parse_result(result.stdout).changed is False, f"{name}:\n{result.stdout}"
-    assert converged.digest() == after
-
-
-def test_the_pickled_provider_is_an_input_stable_across_program_runs_and_a_change_of_it_updates_every_unit(converged):
-    """The engine diffs `__provider` like any input (tests/engine `property_diff`): two runs of today's program
-    pickle the same provider, so nothing shows; a provider pickled otherwise (here another pickle protocol, as a
-    Python or dill upgrade may bring) is an update of every unit, naming only that input."""
-    first, second = converged.program(), converged.program()
-    pickled = {r["inputs"][PROVIDER_KEY] for r in first + second if PROVIDER_KEY in r["inputs"]}
-    assert len(pickled) == 1, "two runs of the program pickled the provider differently"
-    assert converged.preview(program=second).changed() == {}
-
-    provider = dill.loads(base64.b64decode(pickled.pop()))
-    protocol = 5 if pickle.DEFAULT_PROTOCOL != 5 else 4
-    repickled = base64.b64encode(dill.dumps(provider, protocol=protocol, recurse=True)).decode()
-    changed_program = [{**r, "inputs": {**r["inputs"], PROVIDER_KEY: repickled}} if PROVIDER_KEY in r["inputs"] else r
-                       for r in second]
-    changes = converged.preview(program=changed_program).changed()
-    assert sorted(changes) == sorted(order_of(converged)), sorted(changes)
-    assert all(change.operation == "update" and change.diffs == [PROVIDER_KEY] for change in changes.values()), changes
-
-
 def test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands(converged):
     program = converged.program()
     values = moved_to_vfio(converged.values())
@@ -170,37 +81,6 @@ def test_a_gpu_moved_to_vfio_runs_only_what_must_run_and_lands(converged):
     assert converged.driver("0000:41:00.0") == "nvidia"
     assert converged.problems(values) == []
     assert converged.preview(program=changed_program).changed() == {}
-
-
-def test_destroy_returns_to_the_start_and_keeps_the_container_disk(template, converged):
-    _bed, _program, start, _after, _runs = template
-    model = converged.tree / MODEL
-    model.parent.mkdir(parents=True, exist_ok=True)
-    model.write_text('{"num_hidden_layers": 64}\n')
-    disk_line = [line for line in converged.text("/etc/pve/lxc/129.conf").splitlines() if line.startswith("rootfs:")]
-    assert disk_line
-
-    ops = converged.destroy()
-    # the host's chain in reverse; the monitoring units, independent of it, whenever their turn comes
-    assert [n for n in names(ops) if n not in MONITORING] == [
-        n for n in reversed(order_of(converged)) if n not in MONITORING]
-    assert sorted(n for n in names(ops) if n in MONITORING) == sorted(MONITORING)
-    assert {e["name"] for e in converged.engine.state().values()} <= {"kpro5"}  # only the component may be left
-    assert model.read_text() == '{"num_hidden_layers": 64}\n'
-    assert [line for line in converged.text("/etc/pve/lxc/129.conf").splitlines() if line.startswith("rootfs:")] == disk_line
-    model.unlink()
-    model.parent.rmdir()
-    assert converged.digest() == start
-    for function in RTX3090_FUNCTIONS + A6000:
-        assert converged.driver(function) == "vfio-pci", function
-    assert names(converged.destroy()) == []  # nothing left to delete
-
-
-def test_a_variable_sent_over_ssh_does_not_reach_the_host(converged):
-    ssh = converged.ssh
-    seen = subprocess.run(ssh.ssh_argv('echo "${GPUHOSTS_PROBE:-unset} ${LANG:-unset}"', "-o",
-                                       "SetEnv=GPUHOSTS_PROBE=1 LANG=C.UTF-8"), capture_output=True, text=True)
-    assert seen.stdout.split() == ["unset", "C.UTF-8"], seen.stderr
 
 
 def test_a_failed_command_names_the_unit_and_shows_only_the_tail_of_its_output(converged):

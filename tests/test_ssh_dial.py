@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
 import threading
 from pathlib import Path
 
@@ -141,3 +142,11 @@ def test_the_provider_takes_its_bound_from_its_environment(monkeypatch):
         monkeypatch.setenv(DIAL_ATTEMPTS_VARIABLE, bad)
         with pytest.raises(UnitFailed, match=DIAL_ATTEMPTS_VARIABLE):
             dial_attempts()
+
+
+def test_a_variable_sent_over_ssh_does_not_reach_the_host(sshd):
+    """The simulated host accepts what Debian's sshd accepts (AcceptEnv LANG LC_*), so a variable a client sends
+    never steers a script, on it as on a real host."""
+    seen = subprocess.run(sshd.ssh_argv('echo "${GPUHOSTS_PROBE:-unset} ${LANG:-unset}"', "-o",
+                                        "SetEnv=GPUHOSTS_PROBE=1 LANG=C.UTF-8"), capture_output=True, text=True)
+    assert seen.stdout.split() == ["unset", "C.UTF-8"], seen.stderr

@@ -44,6 +44,8 @@ def test_trainer_preview_up_again_refresh_and_destroy(project, node, figures):
 
     up = stack.up()
     assert set(up.changed()) == set(planned) and set(up.changed().values()) == {"create"}
+    ran = [unit for unit, _ in up.host_operations]
+    assert ran[0] == "preflight" and ran[-1] == "dflash-training", ran
     assert (tree / "run/fakehost/units/gpuhosts-node-exporter.service").exists()
     assert "token=yes" in (tree / "var/log/fakehost/hf.log").read_text()
     converged = entries(tree)
@@ -64,6 +66,8 @@ def test_trainer_preview_up_again_refresh_and_destroy(project, node, figures):
                  "data/checkpoints/Qwen3.6-27B-DFlash/epoch_1"):
         assert (tree / kept).exists(), kept
     assert TOKEN.encode() not in project.provider_log.read_bytes()
+    assert [str(p) for p in tree.rglob("*") if p.is_file() and not p.is_symlink() and TOKEN.encode() in p.read_bytes()] \
+        == []
     figures.add("trainer", preview_s=preview.run.seconds, up_s=up.seconds, noop_up_s=again.seconds,
                 refresh_s=refresh.seconds, destroy_s=gone.seconds, host_restored="yes",
                 state_kb=round(len(json.dumps(state)) / 1024))
