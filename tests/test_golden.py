@@ -66,9 +66,9 @@ def sha16(text: str) -> str:
 DECIDERS = {"gpuhosts/hostside/vfio_binding.py": "tests/test_vfio_binding_cases.py",
             "gpuhosts/hostside/lxc_gpu_passthrough.py": "tests/test_lxc_gpu_passthrough_cases.py",
             "gpuhosts/hostside/nvidia_driver.py": "tests/test_nvidia_driver_cases.py",
-            "gpuhosts/hostside/vm_table.py": "tests/test_vm_table_cases.py"}
-# The here-documents that carry a decision module: the unit's own, and the VM table of templates/common/vms.sh.j2.
-DECIDER_ENDS = ("GPUHOSTS_DECIDER", "GPUHOSTS_VM_TABLE")
+            "gpuhosts/hostside/guest_table.py": "tests/test_guest_table_cases.py"}
+# The here-documents that carry a decision module: the unit's own, and the guest tables of templates/common/vms.sh.j2.
+DECIDER_ENDS = ("GPUHOSTS_DECIDER", "GPUHOSTS_GUEST_TABLE")
 
 
 def decider_pointer(body: str) -> str | None:

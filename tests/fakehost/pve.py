@@ -765,6 +765,14 @@ def vm_api_list(r, full=False) -> list:
     return listed
 
 
+def ct_api_list(r) -> list:
+    """GET /nodes/{node}/lxc: each container's vmstatus entry: its vmid, its name (the hostname, else CT<vmid>),
+    its status and its type (pve-container src/PVE/API2/LXC.pm `vmlist`, src/PVE/LXC.pm `vmstatus` @
+    94f558522ef61f9858c39c264d0ac4e697e49268)."""
+    return [{"vmid": v, "name": read_conf(r, CT, v)[1].get("hostname") or f"CT{v}", "type": "lxc",
+             "status": "running" if ct_running(r, v) else "stopped"} for v in vmids(r, CT)]
+
+
 def pci_mappings(r) -> list:
     """GET /cluster/mapping/pci: each mapping of etc/pve/mapping/pci.cfg with its id, its `map` entries as
     written, its other keys, and the file's digest (pve-manager PVE/API2/Cluster/Mapping/PCI.pm `index` @
@@ -819,6 +827,8 @@ def cmd_pvesh(argv):
         answer = vm_api_config(r, int(match[3]), current=on["current"])
     elif match and match[2] == "qemu":
         answer = vm_api_list(r, full=on["full"])
+    elif match:
+        answer = ct_api_list(r)
     else:
         raise Fail(f"no such resource '{path}'", 255)
     print(json.dumps(answer, sort_keys=True, separators=(",", ":")))

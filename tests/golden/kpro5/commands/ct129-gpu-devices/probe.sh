@@ -1,33 +1,26 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gpu-devices]
 # The probe of ct129-gpu-devices: reads the host and changes nothing; prints one facts line.
 # [templates/common/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
-# [templates/common/vms.sh.j2 sha256:c8077a96315654ac]
+# [templates/common/vms.sh.j2 sha256:e3432d5d9fbf8cb9]
 # --- other guests on the container's GPUs (the devices' ensure and probe) ------------------------------------
 # Two guests on one GPU is drift no ensure may repair: taking the GPU from the other guest stops whatever runs
-# there, so the probe names the guest and the ensure refuses. Read once per script, as each pct and pvesh call costs
-# a Perl start on a real host; a failed call is the fact's value, never "none".
+# there, so the probe names the guest and the ensure refuses. Read once per script, as each pvesh call costs a Perl
+# start on a real host; a failed call is the fact's value, never "none".
 #
-# guest_table — "CT <vmid> <key> <path>" for each devN in effect (`pct config --current`) of every other running
-# container. Returns 1 with the reason when pct cannot tell.
+# guest_table — "CT <vmid> <key> <path>" for each devN in effect of every other running container, read from the
+# API (gpuhosts/hostside/guest_table.py names each path). Returns 1 with the reason when Proxmox cannot tell.
 guest_table() {
-  local out id status config rows=""
-  if ! out="$(pct list 2>&1)"; then
-    printf 'pct list failed: %s\n' "$out"
-    return 1
-  fi
-  while read -r id status _; do
-    if ! [[ "$id" =~ ^[0-9]+$ ]] || [ "$id" = "$vmid" ] || [ "$status" != running ]; then
-      continue
-    fi
-    if ! config="$(pct config "$id" --current 2>&1)"; then
-      printf 'pct config %s --current failed: %s\n' "$id" "$config"
-      return 1
-    fi
-    while IFS=$'\t' read -r key path; do
-      [ -z "$key" ] || rows+="CT $id $key $path"$'\n'
-    done < <(parse_dev_entries <<<"$config")
-  done <<<"$out"
-  printf '%s' "$rows"
+  local node answers answer id ids
+  guest_table_python || return 1
+  node="$(node_name)"
+  answers="$(api_answer lxc-list "/nodes/$node/lxc")" || { printf '%s\n' "$answers"; return 1; }
+  ids="$(python3 -I -c "$guest_table_source" ctids "$vmid" <<<"$answers")" || { printf '%s\n' "$ids"; return 1; }
+  for id in $ids; do
+    answer="$(api_answer "lxc-config $id" "/nodes/$node/lxc/$id/config" --current 1)" \
+      || { printf '%s\n' "$answer"; return 1; }
+    answers+=$'\n'"$answer"
+  done
+  python3 -I -c "$guest_table_source" ct-rows <<<"$answers"
 }
 guests_error=""
 guests_cts="$(guest_table)" || { guests_error="${guests_cts//$'\n'/ }"; guests_cts=""; }

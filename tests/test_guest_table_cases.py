@@ -1,5 +1,5 @@
-"""The VM table (gpuhosts/hostside/vm_table.py) against its case table (tests/cases/vm_table.yaml): Proxmox's API
-answers in, the rows the vfio binding and the containers' guest check read out, no host."""
+"""The guest tables (gpuhosts/hostside/guest_table.py) against their case table (tests/cases/guest_table.yaml):
+Proxmox's API answers in, the rows the vfio binding and the containers' guest check read out, no host."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import json
 import pytest
 
 from decision_tables import table
-from gpuhosts.hostside import vm_table
+from gpuhosts.hostside import guest_table
 
-TABLE = table("vm_table")
+TABLE = table("guest_table")
 CASES = TABLE["cases"]
+CT_CASES = TABLE["ct_cases"]
 
 
 def framed(answers: dict) -> bytes:
@@ -28,7 +29,7 @@ def framed(answers: dict) -> bytes:
 def run(argv: list[str], stdin: bytes) -> tuple[int, list[str]]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = vm_table.main(argv, io.BytesIO(stdin))
+        status = guest_table.main(argv, io.BytesIO(stdin))
     return status, out.getvalue().splitlines()
 
 
@@ -37,8 +38,23 @@ def answers_of(case: dict) -> dict:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if "rows" in c], ids=lambda c: c["name"])
-def test_rows(case):
-    assert run(["rows", "kpro5"], framed(answers_of(case))) == (0, case["rows"])
+def test_vm_rows(case):
+    assert run(["vm-rows", "kpro5"], framed(answers_of(case))) == (0, case["rows"])
+
+
+@pytest.mark.parametrize("case", [c for c in CT_CASES if "rows" in c], ids=lambda c: c["name"])
+def test_ct_rows_of_the_other_running_containers(case):
+    # What the script reads first: the list alone, then the config of each container `ctids` names.
+    listed = {"lxc-list": case["answers"]["lxc-list"]}
+    assert run(["ctids", "129"], framed(listed)) == (0, case["ctids"])
+    configs = {f"lxc-config {vmid}": case["answers"].get(f"lxc-config {vmid}", {}) for vmid in case["ctids"]}
+    assert run(["ct-rows"], framed({**listed, **configs})) == (0, case["rows"])
+
+
+@pytest.mark.parametrize("case", [c for c in CT_CASES if "error" in c], ids=lambda c: c["name"])
+def test_a_container_answer_it_cannot_read_is_an_error_naming_why(case):
+    status, lines = run(["ct-rows"], framed(case["answers"]))
+    assert status == 1 and case["error"] in lines[0], lines
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if "vmids" in c], ids=lambda c: c["name"])
@@ -49,15 +65,16 @@ def test_vmids_name_the_configs_to_read_next(case):
 
 @pytest.mark.parametrize("case", [c for c in CASES if "error" in c], ids=lambda c: c["name"])
 def test_answers_it_cannot_read_are_an_error_naming_why(case):
-    status, lines = run(["rows", "kpro5"], framed(answers_of(case)))
+    status, lines = run(["vm-rows", "kpro5"], framed(answers_of(case)))
     assert status == 1 and len(lines) == 1 and case["error"] in lines[0], lines
 
 
 @pytest.mark.parametrize("case", TABLE["malformed"], ids=lambda c: c["name"])
 def test_malformed_records_are_an_error_naming_why(case):
-    status, lines = run(["rows", "kpro5"], case["stdin"].encode())
+    status, lines = run(["vm-rows", "kpro5"], case["stdin"].encode())
     assert status == 1 and case["error"] in lines[0], lines
 
 
 def test_usage_is_refused():
-    assert run(["rows"], b"")[0] == 2 and run(["columns", "kpro5"], b"")[0] == 2
+    assert [run(argv, b"")[0] for argv in (["vm-rows"], ["columns", "kpro5"], ["ctids", "ct129"], ["ct-rows", "x"])] \
+        == [2, 2, 2, 2]

@@ -1,9 +1,10 @@
-"""The VMs that name a PCI device, read from Proxmox VE's API as JSON: one row per PCI id a VM's hostpciN entries give
-this node, with the VM's status.
+"""The guests that hold a GPU, read from Proxmox VE's API as JSON: the VMs with one row per PCI id their hostpciN
+entries give this node, and the running containers with one row per devN entry in effect.
 
-The scripts that need it (templates/common/vms.sh.j2) read the API with `pvesh get … --output-format json` and pipe
-the answers in; this file runs on the host verbatim under `python3 -I` (standard library only, Python 3.9 and later)
-and prints the rows. Each API path, and what its answer holds:
+The scripts that need them (templates/common/vms.sh.j2, templates/lxc_gpu_passthrough/gpu-guests.sh.j2) read the
+API with `pvesh get … --output-format json` and pipe the answers in; this file runs on the host verbatim under
+`python3 -I` (standard library only, Python 3.9 and later) and prints the rows. Each API path, and what its answer
+holds:
 
     qemu-list     GET /nodes/{node}/qemu --full 1       [{"vmid": 101, "status": "running", "qmpstatus": …}, …]
                   qemu-server src/PVE/API2/Qemu.pm `vmlist`; `full` asks QMP, so `qmpstatus` is what `qm status`
@@ -15,18 +16,26 @@ and prints the rows. Each API path, and what its answer holds:
                   pve-manager PVE/API2/Cluster/Mapping/PCI.pm `index`, each mapping as
                   pve-guest-common src/PVE/Mapping/PCI.pm stores it
 
-All read at qemu-server e6352be67f70042a7433a3a3c712b36d02f9f7cb and pve-manager
-14a22df35955d97dfc1af21e117dc894a29df0c9.
+    lxc-list      GET /nodes/{node}/lxc                 [{"vmid": 129, "status": "running", …}, …]
+                  pve-container src/PVE/API2/LXC.pm `vmlist`, src/PVE/LXC.pm `vmstatus`
+    lxc-config    GET /nodes/{node}/lxc/{vmid}/config --current 1     {"dev0": "/dev/nvidia0", …}
+                  pve-container src/PVE/API2/LXC/Config.pm `vm_config`
+
+Read at qemu-server e6352be67f70042a7433a3a3c712b36d02f9f7cb, pve-manager 14a22df35955d97dfc1af21e117dc894a29df0c9
+and pve-container 94f558522ef61f9858c39c264d0ac4e697e49268.
 
 Records on stdin, each answer framed by its length (it is JSON, but framing keeps one reader for every record):
 
-    api NAME LENGTH, then LENGTH bytes and a newline    NAME: qemu-list, pci-mapping, qemu-config VMID
+    api NAME LENGTH, then LENGTH bytes and a newline
+        NAME: qemu-list, pci-mapping, qemu-config VMID, lxc-list, lxc-config VMID
 
 Commands:
 
     vmids              the VMs of qemu-list, one a line: the qemu-config records to gather next
-    rows NODE          "VMID STATUS ID" for every PCI id in a VM's current config, resolved through the cluster's
+    vm-rows NODE       "VMID STATUS ID" for every PCI id in a VM's current config, resolved through the cluster's
                        resource mappings for NODE
+    ctids SELF         the running containers of lxc-list other than SELF: the lxc-config records to gather next
+    ct-rows            "CT VMID KEY PATH" for every devN entry in effect in those containers
 """
 
 from __future__ import annotations
@@ -127,27 +136,61 @@ def hostpci_ids(config: Dict[str, object], mappings: object, node: str) -> List[
     return [normal_address(i) for i in ids if i.strip()]
 
 
-def vmids(answers: Dict[str, object]) -> List[int]:
-    listed = answers.get("qemu-list")
-    if not isinstance(listed, list):
-        raise FactsError("qemu-list is not the API's list of VMs")
-    found = []
-    for vm in listed:
-        vmid = vm.get("vmid") if isinstance(vm, dict) else None
+def listed(answers: Dict[str, object], name: str) -> Dict[int, Dict[str, object]]:
+    """The guests of a list answer by vmid."""
+    guests = answers.get(name)
+    if not isinstance(guests, list):
+        raise FactsError(f"{name} is not the API's list of guests")
+    found = {}
+    for guest in guests:
+        vmid = guest.get("vmid") if isinstance(guest, dict) else None
         if not isinstance(vmid, int) or isinstance(vmid, bool):
-            raise FactsError(f"a VM of qemu-list has no numeric vmid: {vm!r}")
-        found.append(vmid)
-    return sorted(found)
+            raise FactsError(f"a guest of {name} has no numeric vmid: {guest!r}")
+        found[vmid] = guest
+    return dict(sorted(found.items()))
+
+
+def vmids(answers: Dict[str, object]) -> List[int]:
+    return list(listed(answers, "qemu-list"))
+
+
+def ctids(answers: Dict[str, object], self_vmid: int) -> List[int]:
+    return [vmid for vmid, ct in listed(answers, "lxc-list").items()
+            if vmid != self_vmid and ct.get("status") == "running"]
+
+
+def dev_entries(config: Dict[str, object]) -> List[Tuple[str, str]]:
+    """Each devN of a container's config with its path, by key number: `path` is the default key of the property
+    string (pve-container src/PVE/LXC/Config.pm $dev_desc), so `mode=0666,/dev/nvidia0` names /dev/nvidia0."""
+    entries = []
+    for key in sorted((k for k in config if re.fullmatch(r"dev[0-9]+", k)), key=lambda k: int(k[3:])):
+        path = ""
+        for part_key, value in property_string(str(config[key]), "path"):
+            if part_key == "path":
+                path = value
+        entries.append((key, path))
+    return entries
+
+
+def ct_rows(answers: Dict[str, object]) -> List[Tuple[int, str, str]]:
+    """(vmid, devN, path) for each devN in effect of each container whose config was read."""
+    found = []
+    for name in sorted((n for n in answers if n.startswith("lxc-config ")), key=lambda n: int(n.split()[1])):
+        config = answers[name]
+        if not isinstance(config, dict):
+            raise FactsError(f"{name} is not a container's config")
+        found += [(int(name.split()[1]), key, path) for key, path in dev_entries(config) if path]
+    return found
 
 
 def rows(answers: Dict[str, object], node: str) -> List[Tuple[int, str, str]]:
     """(vmid, status, PCI id) for every PCI id in a VM's current config; a VM listed without its config is an
     error, never "no PCI ids"."""
     mappings = answers.get("pci-mapping", [])
-    statuses = {vm["vmid"]: str(vm.get("qmpstatus") or vm.get("status") or "unknown")
-                for vm in answers.get("qemu-list") or [] if isinstance(vm, dict)}
+    statuses = {vmid: str(vm.get("qmpstatus") or vm.get("status") or "unknown")
+                for vmid, vm in listed(answers, "qemu-list").items()}
     found = []
-    for vmid in vmids(answers):
+    for vmid in statuses:
         config = answers.get(f"qemu-config {vmid}")
         if not isinstance(config, dict):
             raise FactsError(f"VM {vmid} is listed but its config was not read")
@@ -155,16 +198,24 @@ def rows(answers: Dict[str, object], node: str) -> List[Tuple[int, str, str]]:
     return found
 
 
+COMMANDS = {
+    "vmids": (0, lambda answers: [str(v) for v in vmids(answers)]),
+    "vm-rows": (1, lambda answers, node: [f"{vmid} {status} {pci_id}" for vmid, status, pci_id in rows(answers, node)]),
+    "ctids": (1, lambda answers, self_vmid: [str(v) for v in ctids(answers, int(self_vmid))]),
+    "ct-rows": (0, lambda answers: [f"CT {vmid} {key} {path}" for vmid, key, path in ct_rows(answers)]),
+}
+
+
 def main(argv: List[str], stdin=None) -> int:
-    if not argv or argv[0] not in ("vmids", "rows") or len(argv) != (1 if argv[0] == "vmids" else 2):
-        sys.stderr.write("usage: vm-table vmids|rows NODE < API ANSWERS\n")
+    if not argv or argv[0] not in COMMANDS or len(argv) != 1 + COMMANDS[argv[0]][0] \
+            or (argv[0] == "ctids" and not argv[1].isdigit()):
+        sys.stderr.write("usage: guest-table vmids | vm-rows NODE | ctids SELF_VMID | ct-rows < API ANSWERS\n")
         return 2
     try:
         answers = read_answers((stdin or sys.stdin.buffer).read())
-        lines = ([str(v) for v in vmids(answers)] if argv[0] == "vmids"
-                 else [f"{vmid} {status} {pci_id}" for vmid, status, pci_id in rows(answers, argv[1])])
+        lines = COMMANDS[argv[0]][1](answers, *argv[1:])
     except FactsError as error:
-        sys.stdout.write(f"the API's answers about the VMs are malformed: {error}\n")
+        sys.stdout.write(f"the API's answers about the guests are malformed: {error}\n")
         return 1
     sys.stdout.write("".join(line + "\n" for line in lines))
     return 0
