@@ -175,7 +175,7 @@ def dev_entries(config: Dict[str, object]) -> List[Tuple[str, str]]:
 def ct_rows(answers: Dict[str, object]) -> List[Tuple[int, str, str]]:
     """(vmid, devN, path) for each devN in effect of each container whose config was read."""
     found = []
-    for name in sorted((n for n in answers if n.startswith("lxc-config ")), key=lambda n: int(n.split()[1])):
+    for name in sorted((n for n in answers if re.fullmatch(r"lxc-config \d+", n)), key=lambda n: int(n.split()[1])):
         config = answers[name]
         if not isinstance(config, dict):
             raise FactsError(f"{name} is not a container's config")
