@@ -719,8 +719,7 @@ def ct_api_config(r, vmid, current=False) -> dict:
     `vm_config`, which `pct config` calls and prints)."""
     desc, keys, raw, rest = read_conf(r, CT, vmid)
     view = conf_view(keys, split_pending(rest)[0], current)
-    out = {k: (float(v) if "." in v else int(v)) if k in CT_NUMBER_KEYS and re.fullmatch(r"\d+(\.\d+)?", v) else v
-           for k, v in view.items()}
+    out = typed(view, CT_NUMBER_KEYS)
     if desc:
         out["description"] = "\n".join(l[1:] for l in desc)
     if raw:
@@ -737,6 +736,7 @@ VM_NUMBER_KEYS = {"onboot", "autostart", "reboot", "cpulimit", "cpuunits", "ball
 
 
 def typed(keys: dict, numbers: set) -> dict:
+    """The keys a schema types as numbers given as JSON numbers, the rest as the text the config file holds."""
     return {k: (float(v) if "." in v else int(v)) if k in numbers and re.fullmatch(r"\d+(\.\d+)?", v) else v
             for k, v in keys.items()}
 
