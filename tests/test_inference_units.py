@@ -123,9 +123,9 @@ ADMIN_SECRET = "admin-4b1d7c0e9f2a61d3"
 
 
 @pytest.mark.parametrize("keys, passed", [
-    ({"GPUHOSTS_API_KEY": SECRET}, ["--api-key", SECRET]),
+    ({"GPUHOSTS_API_KEY": SECRET}, [f"--api-key={SECRET}"]),
     ({"GPUHOSTS_API_KEY": SECRET, "GPUHOSTS_ADMIN_API_KEY": ADMIN_SECRET},
-     ["--api-key", SECRET, "--admin-api-key", ADMIN_SECRET]),
+     [f"--api-key={SECRET}", f"--admin-api-key={ADMIN_SECRET}"]),
 ], ids=["api key", "api and admin keys"])
 def test_sglang_launcher_hides_the_keys(tmp_path, keys, passed):
     """Run the launcher against a stand-in sglang.launch_server: each key is passed on, absent from the OS argv and

@@ -8,10 +8,12 @@ import sys
 
 key = os.environ.pop("GPUHOSTS_API_KEY", "")
 admin_key = os.environ.pop("GPUHOSTS_ADMIN_API_KEY", "")
+# Joined to their flags: a key may begin with "-" (the admin key is URL-safe base64), and argparse would take a
+# separate word that does for another option and refuse the flag ("expected one argument").
 if key:
-    sys.argv += ["--api-key", key]
+    sys.argv.append("--api-key=" + key)
 if admin_key:
-    sys.argv += ["--admin-api-key", admin_key]
+    sys.argv.append("--admin-api-key=" + admin_key)
 secrets = [value for value in (key, admin_key) if value]
 if secrets:
     make_record = logging.getLogRecordFactory()

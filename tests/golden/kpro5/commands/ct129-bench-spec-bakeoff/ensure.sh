@@ -4,7 +4,7 @@
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=28a2e535ded553e6125b0934a6c79866
+inputs=00d1f3bef8467de6747aa5f965339180
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
 status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true

@@ -10,7 +10,7 @@ if [ "$status" != running ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step 2c36b2a2fd92ef5f); fails the deploy below
+# Inside container 129: the deploy gate of qwen-sglang (service step 056566d82951fd70); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
 service=qwen-sglang
 python=/opt/gpuhosts/qwen-sglang/venv/bin/python
@@ -30,7 +30,7 @@ if [ "$status" != 0 ]; then
   refuse "deploy gate of $service failed (see above); the service keeps running for inspection"
 fi
 mkdir -p "$(dirname "$record")"
-printf '%s\n' 'passed with inputs sha256:9bac5e50bd6bfde2' >"$record"
+printf '%s\n' 'passed with inputs sha256:0d7e79a69298ebe9' >"$record"
 say "deploy gate of $service passed"
 finish
 GPUHOSTS_INNER

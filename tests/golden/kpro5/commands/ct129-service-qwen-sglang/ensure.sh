@@ -39,7 +39,7 @@ install_file /etc/systemd/system/gpuhosts-qwen-sglang.service 0644 <<'GPUHOSTS_E
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/sglang-serve.py 0755 <<'GPUHOSTS_EOF'
-# [content: containers/129/usr/local/lib/gpuhosts/sglang-serve.py.sha256 sha256:60741744961efccc]
+# [content: containers/129/usr/local/lib/gpuhosts/sglang-serve.py.sha256 sha256:692cbbfd7b63e169]
 GPUHOSTS_EOF
 [ "$file_changed" = 0 ] || restart=1
 install_file /usr/local/lib/gpuhosts/deploy-gate.py 0755 <<'GPUHOSTS_EOF'
