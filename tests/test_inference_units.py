@@ -122,6 +122,20 @@ def test_without_api_key_there_is_no_key_file_but_the_admin_key():
 ADMIN_SECRET = "admin-4b1d7c0e9f2a61d3"
 
 
+def launcher_beside_a_stand_in(tmp_path: Path, launch_server: str) -> Path:
+    """kpro5's SGLang launcher as shipped, written to tmp_path, with a stand-in `sglang.launch_server` of the given
+    source beside it (tmp_path goes on PYTHONPATH)."""
+    sglang, _ = kpro5_services()
+    (launcher,) = render_service(sglang, kpro5_stack()).shipped
+    script = tmp_path / "sglang-serve.py"
+    script.write_text(launcher.content)
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(launch_server)
+    return script
+
+
 @pytest.mark.parametrize("keys, passed", [
     ({"GPUHOSTS_API_KEY": SECRET}, [f"--api-key={SECRET}"]),
     ({"GPUHOSTS_API_KEY": SECRET, "GPUHOSTS_ADMIN_API_KEY": ADMIN_SECRET},
@@ -133,15 +147,9 @@ def test_sglang_launcher_hides_the_keys(tmp_path, keys, passed):
     import subprocess
     import sys
 
-    sglang, _ = kpro5_services()
-    (launcher,) = render_service(sglang, kpro5_stack()).shipped
-    script = tmp_path / "sglang-serve.py"
-    script.write_text(launcher.content)
-    package = tmp_path / "sglang"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
     values = list(keys.values())
-    (package / "launch_server.py").write_text(
+    script = launcher_beside_a_stand_in(
+        tmp_path,
         "import logging, os, sys\n"
         "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
         "logging.getLogger('x').info('server_args=%s', sys.argv)\n"
@@ -154,3 +162,27 @@ def test_sglang_launcher_hides_the_keys(tmp_path, keys, passed):
     assert result.stdout.split() == ["keys", "no", "env", "no", "cmdline"], result.stdout + result.stderr
     assert not any(value in result.stderr for value in values)
     assert result.stderr.count("[secret]") == len(values)
+
+
+@pytest.mark.parametrize("key, admin_key", [("sk-plain", "Yp3q_x"), ("-starts-with-a-dash", "-Kp9w_Zx"),
+                                            ("--api-key", "--port")])
+def test_the_sglang_launcher_hands_any_key_to_sglangs_parser_as_its_value(tmp_path, key, admin_key):
+    """The launcher run with argparse as SGLang's server_args.py declares the two flags (type str, one value each):
+    a key that begins with "-", as a URL-safe base64 admin key may, is still the flag's value."""
+    import subprocess
+    import sys
+
+    script = launcher_beside_a_stand_in(
+        tmp_path,
+        "import argparse, json, sys\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--model-path')\n"
+        "parser.add_argument('--api-key', type=str)\n"
+        "parser.add_argument('--admin-api-key', type=str)\n"
+        "print(json.dumps(vars(parser.parse_args(sys.argv[1:]))))\n")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "GPUHOSTS_API_KEY": key,
+           "GPUHOSTS_ADMIN_API_KEY": admin_key}
+    result = subprocess.run([sys.executable, str(script), "--model-path", "/srv/models/m"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"model_path": "/srv/models/m", "api_key": key, "admin_api_key": admin_key}
