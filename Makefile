@@ -8,7 +8,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: refresh-figures pulumi demo plan test test-full test-pulumi bench golden system-deps clean lifecycle locks verify-engines fleet-figures verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
+.PHONY: refresh-figures pulumi demo plan test test-full test-pulumi bench golden system-deps clean locks verify-engines verify-torchrun verify-ddtree verify-prepare-data gpu-trainer
 
 # uv pinned by content (gpuhosts/uv-requirements.txt: every wheel's sha256), as gpuhosts installs it on hosts.
 $(UV): gpuhosts/uv-requirements.txt
@@ -75,10 +75,6 @@ refresh-figures: pulumi $(VENV)/.synced system-deps
 golden: $(VENV)/.synced
 	GPUHOSTS_UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/test_golden.py
 
-# Lifecycle, faults, renames, drift, refresh and parallelism on the simulated hosts over SSH; prints the figures.
-lifecycle: $(VENV)/.synced system-deps
-	PYTHONPATH=tests:. $(VENV)/bin/python tests/lifecycle_figures.py
-
 # The locked closure (with hashes) of every environment the committed stacks install, and of the newest releases
 # in gpuhosts/compat-rules.yaml, into locks/ (gpuhosts/lock_tool.py); needs PyPI. Commit the result.
 locks: $(VENV)/.synced
@@ -117,10 +113,6 @@ verify-ddtree: $(VENV)/.synced
 	@test -n "$(VERIFY_PYTHON)" || { echo "verify-ddtree needs Python 3.12: set VERIFY_PYTHON=/path/to/python3.12"; exit 2; }
 	$(VENV)/bin/python tests/verify_ddtree/run.py --python "$(VERIFY_PYTHON)" --uv $(UV)
 
-# What a stack of several hosts costs against its size: converge and refresh of 1, 4 and 16 simulated hosts over
-# SSH, the plan of 1 to 64 (tests/fleet_figures.py). Minutes: not part of `test`.
-fleet-figures: $(VENV)/.synced system-deps
-	PYTHONPATH=tests:. $(VENV)/bin/python tests/fleet_figures.py
 
 # The planned multi-node trainer command line through torchrun's own parser, in speculators' locked environment
 # that verify-engines installs; rewrites tests/fixtures/torchrun/.

@@ -19,8 +19,6 @@ PROJECT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # Each process of the hostile-input suite leaves its counts here; the end of the run sums them into one line.
 HOSTILE_FIGURES = PROJECT / "build" / "hostile-figures"
-# What tests/lifecycle/test_rollout.py counts, for `make lifecycle` to print.
-ROLLOUT_FIGURES = PROJECT / "build" / "rollout-figures.json"
 
 
 # The readiness waits of a stand-in engine: a cap that reports a hang, never a verdict on speed. A loaded machine
@@ -68,13 +66,6 @@ def kpro5() -> dict:
 # A module named here is full whole; "module::test" names one test (all its parameters).
 FULL_TIER = {
     "test_alerts_end_to_end.py": "a real Prometheus and Alertmanager started and an alert carried to a webhook",
-    "lifecycle/test_faults.py": "a cut at every unit of an up, over SSH",
-    "lifecycle/test_decommission.py": "kpro6's destroy and a migration, over SSH",
-    "lifecycle/test_renames.py": "renamed and re-nested units over SSH",
-    "lifecycle/test_fleet.py": "a one-host stack moved into a list of hosts, and a host down, over SSH",
-    "lifecycle/test_benchmark_lifecycle.py": "the bake-off measured three times over SSH",
-    "lifecycle/test_rollout.py": "rolling upgrades of three replicas behind the real smg router, under load, over SSH",
-    "test_lifecycle.py": "changes and refusals of a converged host, over SSH",
     "test_host_scripts.py": "the host units' scenarios, script by script",
     "test_service_scripts.py": "the services' scenarios, script by script",
     "test_training_scripts.py": "the training node's scenarios, script by script",
@@ -89,7 +80,6 @@ FULL_TIER = {
         "a converge with hostile values",
     "test_rendering_rule.py::test_trainer_with_hostile_values_trains_and_tears_down_on_the_simulated_node":
         "a converge with hostile values",
-    "test_check_cli.py": "gpuhosts check against converged hosts, case by case",
     "test_plan_inputs.py": "one gpuhosts plan process per malformed input",
     "test_fakehost_selftest.py": "the simulated host's own behaviour",
     "test_fakehost_engines.py": "the engine stand-ins' own behaviour",

@@ -4,7 +4,6 @@ one-host stack held carrying aliases to exactly its one-host URNs."""
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 

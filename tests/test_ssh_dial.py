@@ -10,7 +10,6 @@ import socket
 import struct
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 

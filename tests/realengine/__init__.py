@@ -55,6 +55,7 @@ class Run:
     stderr: str
     seconds: float
     host_operations: list[tuple[str, str]] = field(default_factory=list)  # (unit, ensure|teardown) that ran
+    provider_lines: list[str] = field(default_factory=list)  # the provider's log lines of this run (gpuhosts/oplog.py)
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -73,6 +74,24 @@ class Run:
 
     def changed(self) -> dict[str, str]:
         return {name: op for name, op in self.operations().items() if op not in ("same", "refresh", "read")}
+
+    def errors(self) -> dict[str, str]:
+        """Each failed resource's error, by name, as the engine reported it (its error diagnostics, joined)."""
+        found: dict[str, str] = {}
+        for event in self.events:
+            diagnostic = event.get("diagnosticEvent")
+            if diagnostic and diagnostic.get("severity") == "error" and diagnostic.get("urn"):
+                name = urn_name(diagnostic["urn"])
+                found[name] = found.get(name, "") + diagnostic.get("message", "")
+        return found
+
+    def error_text(self) -> str:
+        """Every error the run reported: its resources' and its own."""
+        return "\n".join(self.diagnostics("error"))
+
+    def dials(self) -> int:
+        """The SSH dials the provider made in this run (gpuhosts/ssh.py logs each one)."""
+        return sum(line.startswith("gpuhosts-ssh: dial ") for line in self.provider_lines)
 
     def diagnostics(self, severity: str | None = None) -> list[str]:
         found = []
@@ -93,6 +112,18 @@ class Preview:
         """What the preview would do, per resource name: its operation and the changed property paths."""
         return {urn_name(step["urn"]): (step["op"], sorted((step.get("detailedDiff") or {}).keys()))
                 for step in self.steps if step["op"] not in ("same", "refresh", "read")}
+
+    def errors(self) -> dict[str, str]:
+        """Each resource's error diagnostics, by name, joined."""
+        found: dict[str, str] = {}
+        for diagnostic in self.diagnostics:
+            if diagnostic.get("severity") == "error" and diagnostic.get("urn"):
+                name = urn_name(diagnostic["urn"])
+                found[name] = found.get(name, "") + diagnostic.get("message", "")
+        return found
+
+    def error_text(self) -> str:
+        return "\n".join(d.get("message", "") for d in self.diagnostics if d.get("severity") == "error")
 
     def facts(self, name: str) -> dict[str, Any]:
         """The refreshed facts of a unit: the old inputs its update step compared with the program's (its refresh
@@ -171,8 +202,9 @@ class Project:
         started = time.monotonic()
         result = subprocess.run(argv, cwd=cwd or self.root, env=self.env, input=input, capture_output=True, text=True,
                                 timeout=timeout)
+        lines = self.provider_lines(log_start)
         run = Run(list(args), result.returncode, result.stdout, result.stderr, time.monotonic() - started,
-                  self.host_operations(log_start))
+                  host_operations(lines), lines)
         if check and run.returncode != 0:
             raise CliFailed(run)
         return run
@@ -183,13 +215,16 @@ class Project:
         return subprocess.Popen(argv, cwd=self.root, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
 
-    def host_operations(self, offset: int = 0) -> list[tuple[str, str]]:
+    def provider_lines(self, offset: int = 0) -> list[str]:
         if not self.provider_log.exists():
             return []
         with self.provider_log.open(encoding="utf-8") as log:
             log.seek(offset)
-            return [(m["unit"], m["script"]) for m in map(UNIT_LINE.match, log.read().splitlines())
-                    if m and m["script"] != "probe"]
+            return log.read().splitlines()
+
+
+def host_operations(lines: list[str]) -> list[tuple[str, str]]:
+    return [(m["unit"], m["script"]) for m in map(UNIT_LINE.match, lines) if m and m["script"] != "probe"]
 
 
 def committed_stack(name: str) -> dict[str, Any]:

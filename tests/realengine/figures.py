@@ -22,7 +22,9 @@ def misses(found: dict[str, dict]) -> list[str]:
     if drift and not (drift["shown"] == drift["cases"] == drift["clean"]):
         missed.append(f"drift: cases={drift['cases']} shown={drift['shown']} clean={drift['clean']}")
     for name, key, goal in (("faults-interrupted", "interrupted_up", "converged"),
-                            ("faults-parallel", "same_stack_locked", "yes"), ("faults-target", "target", "only_service")):
+                            ("faults-parallel", "same_stack_locked", "yes"), ("faults-target", "target", "only_service"),
+                            ("rollout-rolled", "failed", 0), ("rollout-gate-failure", "failed", 0),
+                            ("rollout-gate-failure", "stopped_at_its_replica", "yes")):
         if name in found and found[name].get(key) != goal:
             missed.append(f"{name}: {key}={found[name].get(key)}, not {goal}")
     return missed

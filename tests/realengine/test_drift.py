@@ -1,4 +1,4 @@
-"""Drift through the real Pulumi CLI: each hand change of tests/lifecycle/drifts.py, made over SSH on a host the CLI
+"""Drift through the real Pulumi CLI: each hand change of tests/realengine/drifts.py, made over SSH on a host the CLI
 converged, is named by `pulumi preview` (unit and field, from its refresh), repaired by `pulumi up` through the
 ensure of exactly the units it names, and a second `preview` shows no change. Drift that ensure must not repair is
 shown, refused by `up`, and the host is left as it was.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuhosts.check import EXIT_DRIFT
-from lifecycle.drifts import DRIFTS, Drift, deep_check
+from realengine.drifts import DRIFTS, Drift, deep_check
 from realengine import CliFailed, Stack
 from realengine.hosts import entries
 from sshhost import SshHost, free_port

@@ -1,9 +1,9 @@
 """`gpuhosts check STACK`: the units' probes on a live host over real SSH, without Pulumi.
 
-The host is the simulated kpro5 behind a real OpenSSH server (tests/sshhost/bed.py), converged by `bed.up()`
-through the real provider; `gpuhosts check` then runs as its own process against the bed's stack file (host key
+The host is the simulated kpro5 behind a real OpenSSH server (tests/sshhost/bed.py), converged once by `pulumi up`
+of the real CLI and restored by copy for each drift; `gpuhosts check` then runs as its own process against the bed's stack file (host key
 pinned in it), with the bed's client key in a file. Drift is made by hand with the cases of
-tests/lifecycle/drifts.py; the scheduled-check units are taken from docs/operations.md and given to systemd's verifier.
+tests/realengine/drifts.py; the scheduled-check units are taken from docs/operations.md and given to systemd's verifier.
 """
 
 from __future__ import annotations
@@ -40,9 +40,12 @@ from gpuhosts.check import (
 )
 from gpuhosts.cli import main
 from gpuhosts.provider import NOT_REPORTED
-from lifecycle.drifts import DRIFTS
+from realengine.drifts import DRIFTS
+from realengine.beds import Converged
 from sshhost import free_port
 from sshhost.bed import PROJECT, Bed
+
+pytestmark = pytest.mark.pulumi
 
 ANALYZE = shutil.which("systemd-analyze")
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -120,11 +123,16 @@ def test_a_repository_the_hub_does_not_have_is_named_with_its_answer(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    bed = Bed.seed(tmp_path_factory.mktemp("check") / "template")
-    bed.up()
-    yield bed
-    bed.close()
+def converged(project, tmp_path_factory):
+    host = Converged.seed(project, tmp_path_factory.mktemp("check") / "template")
+    host.up()
+    yield host
+    host.close()
+
+
+@pytest.fixture(scope="module")
+def template(converged) -> Bed:
+    return converged.bed
 
 
 def stack_file(bed: Bed, **ssh) -> Path:
@@ -203,15 +211,15 @@ def test_the_key_may_come_from_the_file_an_environment_variable_names(template):
 @pytest.mark.parametrize("drift", [d for d in DRIFTS if d.name in ("devN removed from CT 129",
                                                                     "nvidia-persistenced disabled")],
                          ids=lambda d: d.name)
-def test_drift_names_each_field_observed_and_desired(template, tmp_path, drift):
-    bed = Bed.copy_of(template, tmp_path / "bed")
+def test_drift_names_each_field_observed_and_desired(converged, tmp_path, drift):
+    host = Converged.copy_of(converged, tmp_path / "bed")
     try:
-        stack = stack_file(bed)
-        drift.tamper(bed)
-        text = run_check(stack, bed.ssh.private_key)
-        as_json = run_check(stack, bed.ssh.private_key, "--json", "--verbose")
+        stack = stack_file(host.bed)
+        drift.tamper(host.bed)
+        text = run_check(stack, host.bed.ssh.private_key)
+        as_json = run_check(stack, host.bed.ssh.private_key, "--json", "--verbose")
     finally:
-        bed.close()
+        host.close()
     assert text.returncode == EXIT_DRIFT, text.stdout + text.stderr
     assert as_json.returncode == EXIT_DRIFT
     units = text_units(text.stdout)

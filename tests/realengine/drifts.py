@@ -3,7 +3,7 @@
 Each case tampers over SSH as an operator would, then `pulumi preview` (with its refresh) must show the unit and
 the field, `pulumi up` must run that unit's ensure and nothing else, and two previews after it must be clean.
 `refuse` cases are drift that ensure must not repair: the preview shows it, `up` refuses, and nothing changes.
-Shared by tests/realengine/test_drift.py (through the real Pulumi CLI) and `make lifecycle`.
+Read by tests/realengine/test_drift.py (through the real Pulumi CLI) and tests/realengine/test_check_cli.py.
 """
 
 from __future__ import annotations

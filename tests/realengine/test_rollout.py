@@ -1,16 +1,18 @@
-"""A rolling upgrade under load, over SSH: kpro5's SGLang service as three replicas (one GPU each) behind its
-gateway, the real smg 1.13.0 router (from the committed lock, tests/verify_gateway) in front of the engine stand-ins
-the simulated container runs, and a bounded load loop on loopback sending requests through the gateway for the
-whole `up` of an engine flag change that restarts every replica.
+"""A rolling upgrade under load through the real Pulumi CLI: kpro5's SGLang service as three replicas (one GPU
+each) behind its gateway, the real smg 1.13.0 router (from the committed lock, tests/verify_gateway) in front of the
+engine stand-ins the simulated container runs, and a bounded load loop on loopback sending requests through the
+gateway for the whole `pulumi up` of an engine flag change that restarts every replica.
 
-* the change rolls through the replicas one at a time (drain, environment, unit, gate, put back) and not one
-  request through the gateway fails, each replica's time out of the gateway served by the others;
-* the second replica's deploy gate fails: `up` stops there naming its gate, the first replica runs the new
-  command line and serves, the third keeps the old one and stays in the gateway, the failed one stays out of it,
-  and still no request fails.
+* the change rolls through the replicas one at a time (drain, unit, gate, put back): the engine's
+  event stream shows each step as an update, the provider's log shows them run on the host in that order, and not
+  one request through the gateway fails, each replica's time out of the gateway served by the others;
+* the second replica's deploy gate fails: `up` exits non-zero with the engine naming that gate and its measure,
+  nothing of the third replica runs or changes in the state, the first replica runs the new command line and
+  serves, the third keeps the old one and stays in the gateway, the failed one stays out of it, and still no
+  request fails.
 
-The figure line (tests/lifecycle_figures.py): `rollout: replicas=<n> requests=<n> failed=<n>
-gate_failures_stopped=<ok>/<tried>`.
+`make test-pulumi` prints the figure lines `rollout: replicas=<n> requests=<n> failed=<n>` and
+`rollout-gate-failure: requests=<n> failed=<n> stopped_at_its_replica=yes`.
 """
 
 from __future__ import annotations
@@ -18,25 +20,25 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import ROLLOUT_FIGURES
-from engine import ApplyError
 from fakehost import engines
 from fakehost.util import configure
-from sshhost import free_port
-from sshhost.bed import PROJECT, SECRETS, Bed, names
+from realengine import Run, Stack, urn_name
+from realengine.beds import Converged, fresh_name
 from replicas_data import replica_stack
+from sshhost import free_port
+from sshhost.bed import PROJECT, SECRETS, Bed
 from verify_gateway.run import install_env, site_packages
 
-FIGURES = ROLLOUT_FIGURES
-SERVICE = "qwen-sglang"
+pytestmark = pytest.mark.pulumi
+
 REPLICAS = ("qwen-sglang", "qwen-sglang-r1", "qwen-sglang-r2")
+GATEWAY = "ct129-gateway-qwen-sglang"
 # One GPU per replica: both RTX A6000 and the second RTX 3090, which the stack moves into CT 129 for the third.
 GPUS = ("0000:41:00.0", "0000:61:00.0", "0000:21:00.0")
 # The engine flag the rollouts change: accepted by SGLang 0.5.11 (server_args.py `--log-level`), ignored by the
@@ -48,7 +50,12 @@ TOKENS, TOKEN_DELAY_S = 16, 0.012
 # A cap on the load loop, which otherwise runs for exactly as long as the `up` it watches.
 MAX_REQUESTS = 20000
 BEHAVIOUR = {"tokens": TOKENS, "token_delay": TOKEN_DELAY_S}
+# The resource type of every host unit, whatever its kind (components/host_units.py).
+UNIT_TYPE = "pulumi-python:dynamic/gpuhosts:"
 UNIT_FILE = "var/lib/lxc/129/rootfs/etc/systemd/system/gpuhosts-{}.service"
+# The rollout's steps of one replica that a changed command line runs, in the order its chain of dependencies runs
+# them (its environment, which the flag leaves as it is, does not run).
+STEPS = ("drain", "service", "gate", "admit")
 
 
 class Load:
@@ -115,7 +122,8 @@ class Load:
     def __enter__(self) -> "Load":
         for thread in self.threads:
             thread.start()
-        # The loop runs before the `up` starts: its first answered request is the marker.
+        # The loop runs before the `up` starts: its first answered request is the marker; the wait is a cap that
+        # reports a gateway that never answers.
         assert self.first.wait(timeout=120), f"no request through the gateway was answered: {self.sent[-3:]}"
         return self
 
@@ -163,10 +171,28 @@ def unit_text(bed: Bed, replica: str) -> str:
     return (bed.tree / UNIT_FILE.format(replica)).read_text()
 
 
+def steps_of(replica: str) -> list[str]:
+    return [f"ct129-{step}-{replica}" for step in STEPS]
+
+
+def finished(run: Run, operation: str) -> list[str]:
+    """The resources the engine reported done with `operation`, in the order its event stream reported them (its
+    refresh's events come first and carry their own operation)."""
+    return [urn_name(event["resOutputsEvent"]["metadata"]["urn"]) for event in run.events
+            if "resOutputsEvent" in event and event["resOutputsEvent"]["metadata"]["op"] == operation]
+
+
+def applied(host: Converged) -> dict:
+    """The host units' state (`pulumi-python:dynamic/gpuhosts:<kind>` resources) without what a refresh rewrites
+    (the observed facts)."""
+    return {name: (entry["id"], {k: v for k, v in entry["inputs"].items() if k != "facts"})
+            for name, entry in host.state().items() if entry["type"].startswith(UNIT_TYPE)}
+
+
 @pytest.fixture(scope="module")
-def rollout(tmp_path_factory):
-    """kpro5 converged from its seed with the three replicas and the gateway serving (no VM holds the RTX 3090
-    the third replica takes)."""
+def rollout(project, tmp_path_factory):
+    """kpro5 converged by the CLI from its seed with the three replicas and the gateway serving (no VM holds the
+    RTX 3090 the third replica takes): (the host and its stack, the replicas' ports, the gateway's port)."""
     site = real_smg()
     bed = Bed.seed(tmp_path_factory.mktemp("rollout") / "bed", vms=((101, "win-3090", "0000:01:00", True),))
     configure(bed.tree, serve_engines=True, real_packages={"smg": str(site)},
@@ -174,9 +200,11 @@ def rollout(tmp_path_factory):
     ports = tuple(free_port() for _ in REPLICAS)
     gateway_port = free_port()
     try:
-        first = bed.up(rollout_values(bed, ports, gateway_port, None))
-        assert "ct129-gateway-qwen-sglang" in names(first, "create")
-        yield bed, ports, gateway_port
+        host = Converged(bed, Stack(project, fresh_name("rollout"), "kpro5",
+                                    rollout_values(bed, ports, gateway_port, None), bed.secrets()))
+        first = host.up()
+        assert first.changed().get(GATEWAY) == "create", first.changed()
+        yield host, ports, gateway_port
     finally:
         engines.stop_all(bed.tree)
         bed.close()
@@ -186,61 +214,76 @@ def gateway_of(gateway_port: int) -> str:
     return f"http://127.0.0.1:{gateway_port}"
 
 
-def record(figure: dict) -> None:
-    FIGURES.parent.mkdir(parents=True, exist_ok=True)
-    done = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
-    done.update(figure)
-    FIGURES.write_text(json.dumps(done, indent=2, sort_keys=True) + "\n")
-
-
-def test_a_flag_change_rolls_through_the_replicas_under_load_and_no_request_fails(rollout):
-    bed, ports, gateway_port = rollout
+def test_a_flag_change_rolls_through_the_replicas_under_load_and_no_request_fails(rollout, figures):
+    host, ports, gateway_port = rollout
+    bed = host.bed
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     values = rollout_values(bed, ports, gateway_port, "info")
     with Load(gateway_of(gateway_port), SECRETS["llmApiKey"]) as load:
         assert load.ready_workers() == frozenset(urls), "not every replica was in the gateway before the change"
-        ops = bed.up(values)
+        run = host.up(values)
         # The last replica is back in the gateway once its put-back returned; the loop sees it at once.
         final = load.ready_workers()
-    changed = names(ops)
-    order = [f"ct129-{step}-{replica}" for replica in REPLICAS
-             for step in ("drain", "service", "gate", "admit")]
-    assert [name for name in changed if name in order] == order, changed
-    assert "ct129-gateway-qwen-sglang" not in changed
+    order = [name for replica in REPLICAS for name in steps_of(replica)]
+    changed = run.changed()
+    assert {name: changed.get(name) for name in order} == {name: "update" for name in order}, changed
+    assert GATEWAY not in changed
+    # One replica at a time: the engine reported each step's outputs, and the host ran each step's ensure, only
+    # after the step before it, the previous replica's put-back included.
+    assert [name for name in finished(run, "update") if name in order] == order, finished(run, "update")
+    ran = [unit for unit, _ in run.host_operations if unit in order]
+    assert ran == order, run.host_operations
     assert all(f"{FLAG} info" in unit_text(bed, replica) for replica in REPLICAS)
     assert final == frozenset(urls)
     failed = load.failed()
-    record({"rolled": {"replicas": len(REPLICAS), "requests": len(load.sent), "failed": len(failed)}})
+    figures.add("rollout-rolled", line="rollout", replicas=len(REPLICAS), requests=len(load.sent), failed=len(failed))
     assert failed == [], f"{len(failed)} of {len(load.sent)} requests failed: {failed[:5]}"
     for url in urls:
         assert load.served_while_out(url) > 0, f"no request was answered while {url} was out of the gateway"
 
 
-def test_a_failed_gate_stops_the_rollout_at_its_replica_and_the_rest_keep_serving(rollout):
-    bed, ports, gateway_port = rollout
+def test_a_failed_gate_stops_the_rollout_at_its_replica_and_the_rest_keep_serving(rollout, figures):
+    host, ports, gateway_port = rollout
+    bed = host.bed
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     before = {replica: unit_text(bed, replica) for replica in REPLICAS}
     assert not any(f"{FLAG} debug" in text for text in before.values())
+    state_before = applied(host)
     # The second replica comes back from its restart with an acceptance length below the gate's minimum (2.0).
     configure(bed.tree, engine_behaviour={**{name: BEHAVIOUR for name in REPLICAS},
                                           REPLICAS[1]: {**BEHAVIOUR, "acceptance_length": 1.2}})
     values = rollout_values(bed, ports, gateway_port, "debug")
     with Load(gateway_of(gateway_port), SECRETS["llmApiKey"]) as load:
-        with pytest.raises(ApplyError) as error:
-            bed.up(values)
+        run = host.up(values, check=False)
         final = load.ready_workers()
-    message = str(error.value)
-    assert "ct129-gate-qwen-sglang-r1" in message, message
-    ran = names(error.value.ops)
-    assert not any(name.endswith(REPLICAS[2]) for name in ran), ran
-    assert "ct129-admit-qwen-sglang-r1" not in ran
+    failed_gate = f"ct129-gate-{REPLICAS[1]}"
+    assert run.returncode != 0
+    assert set(run.errors()) == {failed_gate}, run.errors()
+    assert "acceptance length 1.20 < 2.00" in run.errors()[failed_gate], run.errors()
+    changed = run.changed()
+    assert changed.get(failed_gate) == "failed", changed
+    assert {name: changed.get(name) for name in steps_of(REPLICAS[0])} == \
+        {name: "update" for name in steps_of(REPLICAS[0])}, changed
+    # The engine started nothing after the failed gate: not its put-back, not a step of the third replica.
+    assert f"ct129-admit-{REPLICAS[1]}" not in changed
+    assert not any(name.endswith(REPLICAS[2]) for name in changed), changed
+    ran = [unit for unit, _ in run.host_operations]
+    assert ran[-1] == failed_gate, run.host_operations
+    assert not any(unit.endswith(REPLICAS[2]) for unit in ran), run.host_operations
+    assert f"ct129-admit-{REPLICAS[1]}" not in ran
+    # The state keeps what was last applied to every unit the rollout did not reach.
+    state_after = applied(host)
+    untouched = [name for name in state_before if name.endswith(REPLICAS[2]) or name == f"ct129-admit-{REPLICAS[1]}"]
+    assert len(untouched) == len(STEPS) + 2, untouched  # the third replica's steps and environment, r1's put-back
+    assert {name: state_after[name] for name in untouched} == {name: state_before[name] for name in untouched}
     # The first replica runs the new command line and serves; the third keeps the old one, in the gateway.
     assert f"{FLAG} debug" in unit_text(bed, REPLICAS[0])
     assert f"{FLAG} debug" in unit_text(bed, REPLICAS[1])
     assert unit_text(bed, REPLICAS[2]) == before[REPLICAS[2]]
     assert final == frozenset({urls[0], urls[2]}), final
     failed = load.failed()
-    stopped = "ct129-gate-qwen-sglang-r1" in message and final == frozenset({urls[0], urls[2]})
-    record({"gate_failure": {"requests": len(load.sent), "failed": len(failed), "stopped": int(stopped)}})
+    stopped = failed_gate in run.errors() and final == frozenset({urls[0], urls[2]})
+    figures.add("rollout-gate-failure", line="rollout-gate-failure", requests=len(load.sent), failed=len(failed),
+                stopped_at_its_replica="yes" if stopped else "no")
     assert failed == [], f"{len(failed)} of {len(load.sent)} requests failed: {failed[:5]}"
     assert load.served_while_out(urls[1]) > 0
