@@ -24,8 +24,8 @@ HOSTILE_FIGURES = PROJECT / "build" / "hostile-figures"
 # The readiness waits of a stand-in engine: a cap that reports a hang, never a verdict on speed. A loaded machine
 # (a start that waits for the GPUs another engine still holds, then systemd's RestartSec=) may need minutes.
 READY_CAP_S = 600
-# Where a test wants the "not healthy after N s" failure of an engine that never becomes healthy: the wait then runs
-# out whatever the machine's speed, so its verdict does not depend on it.
+# Where a test wants the "not healthy after N s" failure of an engine that never becomes healthy: the client waits on
+# the simulated container's virtual clock (host setting `virtual_clock`), so no test waits the N seconds out.
 NEVER_HEALTHY_WAIT_S = 30
 
 # What `pulumi config set --secret` gives kpro5 before its first `pulumi up`.

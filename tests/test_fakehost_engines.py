@@ -256,6 +256,31 @@ def test_a_failing_health_is_served_as_503(host):
     assert state(host, SGLANG) == "active"
 
 
+def test_under_a_virtual_clock_start_returns_once_the_engine_answers_and_a_named_program_never_waits(host):
+    configure(host.tree, engine_behaviour={SGLANG: {"fail": "health"}}, virtual_clock=["clocked.py"])
+    port = edit_unit(host, SGLANG)
+    start(host, SGLANG, port, healthy=False)
+    # No poll: the start itself waited for the engine to listen.
+    assert get(port, "/health")[0] == 503
+    # A program the knob names, run by an engine's Python, sleeps an hour of its own clock at once; the clocks it
+    # reads move on by that hour. Another program sleeps on the machine's clock.
+    python = engine_python(host, SGLANG)
+    for name in ("clocked.py", "other.py"):
+        host.ct(f"/root/{name}").write_text(
+            "import time\nstart = (time.monotonic(), time.time(), time.perf_counter())\ntime.sleep(3600 if __file__"
+            ".endswith('clocked.py') else 0.1)\nprint(*[round(after - before) for before, after in zip(start, ("
+            "time.monotonic(), time.time(), time.perf_counter()))])\n")
+    clocked, other = (pct(host.tree, python, f"/root/{name}") for name in ("clocked.py", "other.py"))
+    assert (clocked.returncode, clocked.stdout) == (0, "3600 3600 3600\n"), clocked.stderr
+    assert (other.returncode, other.stdout) == (0, "0 0 0\n"), other.stderr
+
+
+def engine_python(host: Host, name: str) -> str:
+    """The Python of the engine's environment, as its ExecStart names it."""
+    exec_start = unit_path(host, name).read_text().split("ExecStart=", 1)[1].split()[0]
+    return str(Path(exec_start).parent / "python")
+
+
 @pytest.mark.parametrize("first, second, message", [
     pytest.param(SGLANG, VLLM, "Free memory on device cuda:0", id="vllm-after-sglang"),
     pytest.param(VLLM, SGLANG, "Not enough memory. Please try to increase --mem-fraction-static.",

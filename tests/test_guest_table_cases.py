@@ -15,6 +15,7 @@ from gpuhosts.hostside import guest_table
 TABLE = table("guest_table")
 CASES = TABLE["cases"]
 CT_CASES = TABLE["ct_cases"]
+OWN_CASES = TABLE["own_cases"]
 
 
 def framed(answers: dict) -> bytes:
@@ -57,6 +58,23 @@ def test_a_container_answer_it_cannot_read_is_an_error_naming_why(case):
     assert status == 1 and case["error"] in lines[0], lines
 
 
+@pytest.mark.parametrize("case, what", [(c, what) for c in OWN_CASES for what in c.get("entries", {})],
+                         ids=lambda v: v if isinstance(v, str) else v["name"])
+def test_a_containers_own_entries(case, what):
+    assert run(["ct-config", what], framed({"lxc-config 129": case["config"]})) == (0, case["entries"][what])
+
+
+@pytest.mark.parametrize("case", [c for c in OWN_CASES if "error" in c], ids=lambda c: c["name"])
+def test_a_containers_own_config_it_cannot_read_is_an_error_naming_why(case):
+    status, lines = run(["ct-config", case["what"]], framed({"lxc-config 129": case["config"]}))
+    assert status == 1 and case["error"] in lines[0], lines
+
+
+def test_a_containers_own_entries_need_exactly_one_config():
+    two = framed({"lxc-config 129": {}, "lxc-config 130": {}})
+    assert run(["ct-config", "dev"], two)[0] == 1 and run(["ct-config", "dev"], b"")[0] == 1
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if "vmids" in c], ids=lambda c: c["name"])
 def test_vmids_name_the_configs_to_read_next(case):
     # What the script reads first: the list alone.
@@ -76,5 +94,5 @@ def test_malformed_records_are_an_error_naming_why(case):
 
 
 def test_usage_is_refused():
-    assert [run(argv, b"")[0] for argv in (["vm-rows"], ["columns", "kpro5"], ["ctids", "ct129"], ["ct-rows", "x"])] \
-        == [2, 2, 2, 2]
+    assert [run(argv, b"")[0] for argv in (["vm-rows"], ["columns", "kpro5"], ["ctids", "ct129"], ["ct-rows", "x"],
+                                                ["ct-config"], ["ct-config", "hostname"])] == [2, 2, 2, 2, 2, 2]

@@ -388,9 +388,11 @@ def test_a_container_cannot_make_the_host_reboot_or_skip_a_teardown(tmp_path):
     reboot, or have a teardown reported as skipped."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "pct").write_text('#!/bin/bash\ncase "$1" in status) echo "status: running" ;;\n'
-                                 '  exec) shift 3; exec "$@" ;; esac\n')
-    (bin_dir / "pct").chmod(0o755)
+    (bin_dir / "pct").write_text('#!/bin/bash\ncase "$1" in exec) shift 3; exec "$@" ;; esac\n')
+    # The container's status as the API gives it (GET /nodes/{node}/lxc/129/status/current).
+    (bin_dir / "pvesh").write_text('#!/bin/bash\necho \'{"status":"running","vmid":129}\'\n')
+    for stand_in in ("pct", "pvesh"):
+        (bin_dir / stand_in).chmod(0o755)
     script = render("common/in-container.sh.j2", unit="ct129-env-qwen-sglang", vmid=129,
                     inner=FORGED.rstrip("\n"), secret=None, teardown=False)
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,

@@ -1,8 +1,9 @@
 """The guests that hold a GPU, read from Proxmox VE's API as JSON: the VMs with one row per PCI id their hostpciN
 entries give this node, and the running containers with one row per devN entry in effect.
 
-The scripts that need them (templates/common/vms.sh.j2, templates/lxc_gpu_passthrough/gpu-guests.sh.j2) read the
-API with `pvesh get … --output-format json` and pipe the answers in; this file runs on the host verbatim under
+The scripts that need them (templates/common/vms.sh.j2, templates/lxc_gpu_passthrough/gpu-guests.sh.j2, and
+templates/common/pve-api.sh.j2 for a container's own entries) read the API with `pvesh get … --output-format json`
+and pipe the answers in; this file runs on the host verbatim under
 `python3 -I` (standard library only, Python 3.9 and later) and prints the rows. Each API path, and what its answer
 holds:
 
@@ -36,6 +37,9 @@ Commands:
                        resource mappings for NODE
     ctids SELF         the running containers of lxc-list other than SELF: the lxc-config records to gather next
     ct-rows            "CT VMID KEY PATH" for every devN entry in effect in those containers
+    ct-config WHAT     of the one lxc-config record: `dev` "devN<TAB>path" per devN entry, `mp` "mpN<TAB>source<TAB>
+                       target" per mount point, `unprivileged` 1 or 0, `idmap` yes when it maps its own ids
+                       (an lxc.idmap raw key)
 """
 
 from __future__ import annotations
@@ -172,6 +176,48 @@ def dev_entries(config: Dict[str, object]) -> List[Tuple[str, str]]:
     return entries
 
 
+def mp_entries(config: Dict[str, object]) -> List[Tuple[str, str, str]]:
+    """Each mpN of a container's config with its source and its path in the container: `volume` is the default
+    key of the property string, `mp` the path (pve-container src/PVE/LXC/Config.pm $mp_desc)."""
+    entries = []
+    for key in sorted((k for k in config if re.fullmatch(r"mp[0-9]+", k)), key=lambda k: int(k[2:])):
+        parts = dict(property_string(str(config[key]), "volume"))
+        entries.append((key, parts.get("volume", ""), parts.get("mp", "")))
+    return entries
+
+
+def raw_keys(config: Dict[str, object]) -> List[str]:
+    """The names of the raw lxc.* keys, which the API gives as [key, value] pairs under `lxc`."""
+    raw = config.get("lxc") or []
+    if not isinstance(raw, list) or not all(isinstance(pair, list) and len(pair) == 2 for pair in raw):
+        raise FactsError(f"the raw lxc keys are not [key, value] pairs: {raw!r}")
+    return [str(pair[0]) for pair in raw]
+
+
+def own_config(answers: Dict[str, object]) -> Dict[str, object]:
+    names = [n for n in answers if re.fullmatch(r"lxc-config \d+", n)]
+    if len(names) != 1 or not isinstance(answers[names[0]], dict):
+        raise FactsError(f"one container's config was expected, not {names or 'none'}")
+    return answers[names[0]]
+
+
+CT_CONFIG_FIELDS = ("dev", "mp", "unprivileged", "idmap")
+
+
+def ct_config(answers: Dict[str, object], what: str) -> List[str]:
+    config = own_config(answers)
+    if what == "dev":
+        return [f"{key}\t{path}" for key, path in dev_entries(config)]
+    if what == "mp":
+        return ["\t".join(entry) for entry in mp_entries(config)]
+    if what == "unprivileged":
+        # pve-container's schema types it as a boolean: the API gives 1 or 0, an older answer "1".
+        return ["1" if str(config.get("unprivileged", 0)) == "1" else "0"]
+    if what == "idmap":
+        return ["yes" if "lxc.idmap" in raw_keys(config) else "no"]
+    raise FactsError(f"ct-config reads {', '.join(CT_CONFIG_FIELDS)}, not {what!r}")
+
+
 def ct_rows(answers: Dict[str, object]) -> List[Tuple[int, str, str]]:
     """(vmid, devN, path) for each devN in effect of each container whose config was read."""
     found = []
@@ -203,13 +249,16 @@ COMMANDS = {
     "vm-rows": (1, lambda answers, node: [f"{vmid} {status} {pci_id}" for vmid, status, pci_id in rows(answers, node)]),
     "ctids": (1, lambda answers, self_vmid: [str(v) for v in ctids(answers, int(self_vmid))]),
     "ct-rows": (0, lambda answers: [f"CT {vmid} {key} {path}" for vmid, key, path in ct_rows(answers)]),
+    "ct-config": (1, ct_config),
 }
 
 
 def main(argv: List[str], stdin=None) -> int:
     if not argv or argv[0] not in COMMANDS or len(argv) != 1 + COMMANDS[argv[0]][0] \
-            or (argv[0] == "ctids" and not argv[1].isdigit()):
-        sys.stderr.write("usage: guest-table vmids | vm-rows NODE | ctids SELF_VMID | ct-rows < API ANSWERS\n")
+            or (argv[0] == "ctids" and not argv[1].isdigit()) \
+            or (argv[0] == "ct-config" and argv[1] not in CT_CONFIG_FIELDS):
+        sys.stderr.write("usage: guest-table vmids | vm-rows NODE | ctids SELF_VMID | ct-rows "
+                         "| ct-config dev|mp|unprivileged|idmap < API ANSWERS\n")
         return 2
     try:
         answers = read_answers((stdin or sys.stdin.buffer).read())

@@ -15,7 +15,9 @@ Test knobs (host settings): ``serve_engines: true``; ``engine_behaviour: {name: 
 (``gpuhosts-qwen-sglang.service``) or the service name (``qwen-sglang``), with ``acceptance_length`` and
 ``acceptance_rate`` (SGLang's gauges), ``accept_rate`` (vLLM's per draft token), ``tokens`` (per streamed reply),
 ``token_delay`` (seconds per token), ``long_context_slowdown`` (decode at 120000 prompt tokens runs that much
-slower) and ``fail``: ``"health"`` (``/health`` answers 503) or ``"start"`` (exits 1 at once).
+slower) and ``fail``: ``"health"`` (``/health`` answers 503) or ``"start"`` (exits 1 at once); ``virtual_clock``
+(program file names run on a clock that sleeping moves on, fakehost.pytools), under which a start returns once the
+engine listens.
 """
 import argparse
 import os
@@ -133,6 +135,25 @@ def restart_wanted(policy: str, rc: int) -> bool:
     return policy in ("on-abnormal", "on-abort") and rc < 0
 
 
+def listening_file(r, name) -> Path:
+    return r / STATE / f"{name}.listening"
+
+
+# A cap that reports a hang, never a verdict.
+LISTEN_CAP_S = 600.0
+
+
+def wait_listening(r, name, supervisor) -> None:
+    """Until the engine listens or has ended: under a virtual clock a readiness wait runs out in no time, so the
+    start returns only once the engine can answer, as a unit that notifies systemd of its readiness would."""
+    waited = 0.0
+    while not listening_file(r, name).exists() and not result_file(r, name).exists() and supervisor.poll() is None:
+        if waited > LISTEN_CAP_S:
+            raise Fail(f"fakehost: {name} neither listened nor ended within {LISTEN_CAP_S:g} s", 1)
+        time.sleep(0.02)
+        waited += 0.02
+
+
 def spawn(r, name, unit: dict, argv: list, env: dict) -> None:
     """Run ExecStart's words (container paths, resolved under ``r`` as ``pct exec`` resolves them) under a
     supervisor in a new session, as systemd forks a service's main process."""
@@ -155,6 +176,7 @@ def spawn(r, name, unit: dict, argv: list, env: dict) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     (r / STATE).mkdir(parents=True, exist_ok=True)
     result_file(r, name).unlink(missing_ok=True)
+    listening_file(r, name).unlink(missing_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "fakehost.engines", "supervise", str(r), name, policy,
                                  delay or str(DEFAULT_RESTART_S), "--", *words], env=e, cwd=cwd,
@@ -164,6 +186,8 @@ def spawn(r, name, unit: dict, argv: list, env: dict) -> None:
     while started is None and proc.poll() is None:  # /proc/PID/stat exists as soon as fork returns
         started = start_time(proc.pid)
     write(pid_file(r, name), f"{proc.pid} {started or 0}\n")
+    if settings().get("virtual_clock"):
+        wait_listening(r, name, proc)
 
 
 def supervise(argv) -> int:
@@ -364,8 +388,12 @@ def serve(kind: str, argv: list) -> int:
         engine.admin_key = getattr(args, "admin_api_key", None)
         server = ThreadingHTTPServer((host, args.port), handler_for(engine))
         print(f"fakehost {kind}: serving {engine.model} on {host}:{args.port}", flush=True)
+        if unit:
+            write(listening_file(root(), unit), f"{host}:{args.port}\n")
         server.serve_forever()
     finally:
+        if unit:
+            listening_file(root(), unit).unlink(missing_ok=True)
         release_holds(None, os.getpid())
     return 0
 

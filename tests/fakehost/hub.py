@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .pytools import host_path, put
-from .util import stand_in_duration, Fail, root, settings, tree, unprefix, write
+from .util import Fail, root, settings, tree, unprefix, write
 
 # what the metadata files say about when a file came, and the mtime given to the file itself: a constant, so two
 # downloads give identical trees, and a file is never newer than its metadata until someone changes it
@@ -308,7 +308,6 @@ def cmd_hf(argv):
         cache = ldir / ".cache/huggingface"
         put(cache / ".gitignore", "*")
         fail_after = settings().get("hf_fail_after_files")
-        stand_in_duration("download")
         if not a["quiet"]:
             print(f"Fetching {len(names)} files", file=sys.stderr)
         for name in names:

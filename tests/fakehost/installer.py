@@ -18,7 +18,7 @@ from pathlib import Path
 from . import TESTS, kernel
 from . import dkms as dkms_tree
 from .system import dpkg_list
-from .util import stand_in_duration, Fail, container, kernel_release, root, run_main, write
+from .util import Fail, container, kernel_release, root, run_main, write
 
 MANIFEST = "var/lib/nvidia/fakehost-manifest.json"
 KNOWN = {"-s", "--silent", "-a", "--accept-license", "-q", "--no-questions", "--ui=none", "--dkms", "--no-dkms",
@@ -83,8 +83,6 @@ def uninstall(r, quiet):
 
 def install(r, ver, opts):
     modules = not ({"--no-kernel-modules", "--no-kernel-module"} & opts)
-    if modules:
-        stand_in_duration("driver")
     mtype = next((o.split("=", 1)[1] for o in opts if o.startswith("--kernel-module-type=")),
                  "open" if int(ver.split(".")[0]) >= 560 else "proprietary")
     if mtype not in ("open", "proprietary"):

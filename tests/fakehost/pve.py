@@ -773,6 +773,15 @@ def ct_api_list(r) -> list:
              "status": "running" if ct_running(r, v) else "stopped"} for v in vmids(r, CT)]
 
 
+def ct_api_status(r, vmid) -> dict:
+    """GET /nodes/{node}/lxc/{vmid}/status/current: the container's vmstatus entry and its HA state; a container
+    without a config is refused by load_config (pve-container src/PVE/API2/LXC/Status.pm `vm_status` @
+    015740e60515e48cea9bb1814ad60ff05c3e356b)."""
+    read_conf(r, CT, vmid)
+    (entry,) = [e for e in ct_api_list(r) if e["vmid"] == vmid]
+    return {**entry, "ha": {"managed": 0}}
+
+
 def pci_mappings(r) -> list:
     """GET /cluster/mapping/pci: each mapping of etc/pve/mapping/pci.cfg with its id, its `map` entries as
     written, its other keys, and the file's digest (pve-manager PVE/API2/Cluster/Mapping/PCI.pm `index` @
@@ -814,20 +823,22 @@ def cmd_pvesh(argv):
     if path in failing:
         raise Fail(failing[path], 255)
     on = {k: options.get(k) in ("1", "true", "yes") for k in ("current", "full")}
-    match = re.fullmatch(r"/nodes/([^/]+)/(lxc|qemu)(?:/(\d+)/config)?", path)
+    match = re.fullmatch(r"/nodes/([^/]+)/(lxc|qemu)(?:/(\d+)/(config|status/current))?", path)
     if match and match[1] != node_name(r):
         raise Fail(f"hostname lookup '{match[1]}' failed - failed to get address info for: {match[1]}: Name or "
                    "service not known", 255)
     if path == "/cluster/mapping/pci":
         answer = pci_mappings(r)
+    elif match and match[2] == "lxc" and match[4] == "status/current":
+        answer = ct_api_status(r, int(match[3]))
     elif match and match[2] == "lxc" and match[3]:
         answer = ct_api_config(r, int(match[3]), current=on["current"])
-    elif match and match[2] == "qemu" and match[3]:
+    elif match and match[2] == "qemu" and match[4] == "config":
         read_conf(r, VM, int(match[3]))
         answer = vm_api_config(r, int(match[3]), current=on["current"])
-    elif match and match[2] == "qemu":
+    elif match and match[2] == "qemu" and not match[3]:
         answer = vm_api_list(r, full=on["full"])
-    elif match:
+    elif match and not match[3]:
         answer = ct_api_list(r)
     else:
         raise Fail(f"no such resource '{path}'", 255)

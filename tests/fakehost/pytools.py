@@ -22,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .util import configure, stand_in_duration, Fail, root, settings, tree, unprefix, write
+from .util import configure, Fail, root, settings, tree, unprefix, write
 
 SYSTEM_PYTHON = "3.11.2"  # Debian 12
 PYTHONS = {"3": SYSTEM_PYTHON, "3.11": SYSTEM_PYTHON, "3.12": "3.12.11", "3.13": "3.13.7"}
@@ -75,8 +75,29 @@ def here() -> Path:
     return Path(os.path.abspath(sys.argv[0])).parent.parent
 
 
+# A program named in the host setting `virtual_clock` runs on a clock of its own: a sleep returns at once and moves
+# the clock on by what it asked for, so a wait that gives up after N seconds gives up after N of its seconds,
+# whatever the machine's speed, and no test waits them out.
+VIRTUAL_CLOCK = """import os, runpy, sys, time
+ahead = [0.0]
+real_sleep, real_monotonic, real_time, real_perf = time.sleep, time.monotonic, time.time, time.perf_counter
+def sleep(seconds):
+    ahead[0] += max(float(seconds), 0.0)
+    real_sleep(0)
+time.sleep = sleep
+time.monotonic = lambda: real_monotonic() + ahead[0]
+time.time = lambda: real_time() + ahead[0]
+time.perf_counter = lambda: real_perf() + ahead[0]
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def exec_real(argv):
     sys.stdout.flush()
+    if argv and not argv[0].startswith("-") and os.path.basename(argv[0]) in (settings().get("virtual_clock") or []):
+        os.execv(sys.executable, [sys.executable, "-c", VIRTUAL_CLOCK, *argv])
     os.execv(sys.executable, [sys.executable, *argv])
 
 
@@ -418,8 +439,6 @@ def pip(venv: Path, args) -> int:
         spec = next(s for s in specs if parse_spec(s)[0] == bad)
         raise Fail(f"ERROR: Could not find a version that satisfies the requirement {spec} (from versions: none)\n"
                    f"ERROR: No matching distribution found for {spec}", 1)
-    if any(parse_spec(spec)[0] in ("sglang", "vllm", "speculators") for spec in specs):
-        stand_in_duration("env")
     changes = install(venv, specs, installer="pip")
     if not quiet:
         changed = {n for n, _, _ in changes}
@@ -544,8 +563,6 @@ def fetch_or_fail(specs):
         raise Fail(f"error: Failed to fetch: `{url}`\n  Caused by: Request failed after 3 retries\n  Caused by: "
                    f"error sending request for url ({url})\n  Caused by: client error (Connect)\n  Caused by: dns "
                    f"error: failed to lookup address information: Temporary failure in name resolution", 2)
-    if any(parse_spec(spec)[0] in ("sglang", "vllm", "speculators") for spec in specs):
-        stand_in_duration("env")
 
 
 def uv_install(venv: Path, specs, quiet, deps=True) -> int:

@@ -46,16 +46,6 @@ def configure(t, **knobs):
     write(Path(t) / "var/lib/fakehost/settings.json", json.dumps(s, indent=1, sort_keys=True) + "\n")
 
 
-def stand_in_duration(kind: str) -> None:
-    """Take as long as the setting ``durations`` gives `kind` (driver, env, download): time stands in for a DKMS
-    build, an engine's install or a model's download, so that a benchmark can see what overlaps. Unset: no wait."""
-    import time
-
-    seconds = float(settings().get("durations", {}).get(kind, 0))
-    if seconds > 0:
-        time.sleep(seconds)
-
-
 def kernel_release(t=None) -> str:
     return settings(t)["kernel"]
 

@@ -1,13 +1,29 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-bench-spec-bakeoff]
+# node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
+# PVE::INotify::nodename does (`hostname` may print an FQDN).
+node_name() {
+  local name
+  name="$(hostname)"
+  printf '%s\n' "${name%%.*}"
+}
+
+# ct_status VMID — the container's status from the API, running or stopped (GET
+# /nodes/{node}/lxc/{vmid}/status/current: pve-container src/PVE/API2/LXC/Status.pm `vm_status`, which loads the
+# config first); fails, printing nothing, when there is no such container.
+ct_status() {
+  local answer
+  answer="$(pvesh get "/nodes/$(node_name)/lxc/$1/status/current" --output-format json)" || return 1
+  python3 -I -c 'import json, sys; print(json.load(sys.stdin)["status"])' <<<"$answer"
+}
 # Benchmark spec-bakeoff of container 129: each service in turn on the GPUs they share, then the
 # DDTree reference; the services are put back as declared, also after a failure. Runs only for new inputs.
 vmid=129
 name=spec-bakeoff
 results=/var/lib/gpuhosts/benchmarks/ct129-spec-bakeoff
-inputs=00d1f3bef8467de6747aa5f965339180
+inputs=e9486b24c2cb01edd9766043457c6f26
 # `gpuhosts bench STACK NAME` runs this script with force=1: the same inputs, measured again.
 force=0
-status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+status="$(ct_status "$vmid" 2>/dev/null)" || true
 [ "$status" = running ] || refuse "container $vmid is ${status:-missing}; start it (pct start $vmid) and run again"
 if [ "$force" = 0 ] && [ "$(cat "$root$results/inputs" 2>/dev/null)" = "$inputs" ] && [ -s "$root$results/results.json" ]; then
   say "results for these inputs are in $results; gpuhosts bench or a new runId measures again"

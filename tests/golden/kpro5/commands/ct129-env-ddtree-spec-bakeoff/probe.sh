@@ -1,5 +1,21 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-env-ddtree-spec-bakeoff]
 # The probe of ct129-env-ddtree-spec-bakeoff: reads the host and changes nothing; prints one facts line.
+# node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
+# PVE::INotify::nodename does (`hostname` may print an FQDN).
+node_name() {
+  local name
+  name="$(hostname)"
+  printf '%s\n' "${name%%.*}"
+}
+
+# ct_status VMID — the container's status from the API, running or stopped (GET
+# /nodes/{node}/lxc/{vmid}/status/current: pve-container src/PVE/API2/LXC/Status.pm `vm_status`, which loads the
+# config first); fails, printing nothing, when there is no such container.
+ct_status() {
+  local answer
+  answer="$(pvesh get "/nodes/$(node_name)/lxc/$1/status/current" --output-format json)" || return 1
+  python3 -I -c 'import json, sys; print(json.load(sys.stdin)["status"])' <<<"$answer"
+}
 # Inside container 129, in one pct exec (which fails on a container that is not running: then each of its
 # facts says so).
 probed_vmid=129
@@ -84,7 +100,7 @@ GPUHOSTS_INNER
 if [ -n "$inner_facts" ]; then
   probe_facts+="${probe_facts:+,}$inner_facts"
 else
-  container_state="$(pct status "$probed_vmid" 2>/dev/null | awk '{print $2}')" || true
+  container_state="$(ct_status "$probed_vmid" 2>/dev/null)" || true
   fact 'file /opt/gpuhosts/ddtree-spec-bakeoff/requirements.lock' "container $probed_vmid ${container_state:-missing}"
   fact 'distributions in /opt/gpuhosts/ddtree-spec-bakeoff/venv' "container $probed_vmid ${container_state:-missing}"
   fact 'transformers in /opt/gpuhosts/ddtree-spec-bakeoff/venv' "container $probed_vmid ${container_state:-missing}"

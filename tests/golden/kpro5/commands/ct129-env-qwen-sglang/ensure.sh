@@ -2,7 +2,23 @@
 # Runs the script below inside container 129 (pct exec).
 set -euo pipefail
 vmid=129
-status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+# node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
+# PVE::INotify::nodename does (`hostname` may print an FQDN).
+node_name() {
+  local name
+  name="$(hostname)"
+  printf '%s\n' "${name%%.*}"
+}
+
+# ct_status VMID — the container's status from the API, running or stopped (GET
+# /nodes/{node}/lxc/{vmid}/status/current: pve-container src/PVE/API2/LXC/Status.pm `vm_status`, which loads the
+# config first); fails, printing nothing, when there is no such container.
+ct_status() {
+  local answer
+  answer="$(pvesh get "/nodes/$(node_name)/lxc/$1/status/current" --output-format json)" || return 1
+  python3 -I -c 'import json, sys; print(json.load(sys.stdin)["status"])' <<<"$answer"
+}
+status="$(ct_status "$vmid" 2>/dev/null)" || true
 if [ "$status" != running ]; then
   printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-env-qwen-sglang "$vmid" \
     "${status:-missing}" "$vmid" >&2

@@ -2,7 +2,23 @@
 # Runs the script below inside container 129 (pct exec).
 set -euo pipefail
 vmid=129
-status="$(pct status "$vmid" 2>/dev/null | awk '{print $2}')" || true
+# node_name — the name Proxmox files this node under: the kernel's host name cut at the first dot, as
+# PVE::INotify::nodename does (`hostname` may print an FQDN).
+node_name() {
+  local name
+  name="$(hostname)"
+  printf '%s\n' "${name%%.*}"
+}
+
+# ct_status VMID — the container's status from the API, running or stopped (GET
+# /nodes/{node}/lxc/{vmid}/status/current: pve-container src/PVE/API2/LXC/Status.pm `vm_status`, which loads the
+# config first); fails, printing nothing, when there is no such container.
+ct_status() {
+  local answer
+  answer="$(pvesh get "/nodes/$(node_name)/lxc/$1/status/current" --output-format json)" || return 1
+  python3 -I -c 'import json, sys; print(json.load(sys.stdin)["status"])' <<<"$answer"
+}
+status="$(ct_status "$vmid" 2>/dev/null)" || true
 if [ "$status" != running ]; then
   printf '%s: refused: container %s is %s; start it (pct start %s) and run again\n' ct129-gate-qwen-sglang "$vmid" \
     "${status:-missing}" "$vmid" >&2
@@ -10,7 +26,7 @@ if [ "$status" != running ]; then
 fi
 script="$(cat <<'GPUHOSTS_INNER'
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gate-qwen-sglang]
-# Inside container 129: the deploy gate of qwen-sglang (service step 056566d82951fd70); fails the deploy below
+# Inside container 129: the deploy gate of qwen-sglang (service step 5b650f150b7d783f); fails the deploy below
 # its thresholds. The gate script's GPUHOSTS_GATE line becomes the report of the result line: the stack output `services`.
 service=qwen-sglang
 python=/opt/gpuhosts/qwen-sglang/venv/bin/python
@@ -30,7 +46,7 @@ if [ "$status" != 0 ]; then
   refuse "deploy gate of $service failed (see above); the service keeps running for inspection"
 fi
 mkdir -p "$(dirname "$record")"
-printf '%s\n' 'passed with inputs sha256:0d7e79a69298ebe9' >"$record"
+printf '%s\n' 'passed with inputs sha256:35fb01baf5699d24' >"$record"
 say "deploy gate of $service passed"
 finish
 GPUHOSTS_INNER

@@ -1,6 +1,6 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gpu-devices]
-# [templates/common/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
-# [templates/common/vms.sh.j2 sha256:6d7842ecc95cf552]
+# [templates/common/container.sh.j2 sha256:138093b4bc2d324f vmid=129 allow_restart=true]
+# [templates/common/vms.sh.j2 sha256:55b2bb4de1f92606]
 # --- other guests on the container's GPUs (the devices' ensure and probe) ------------------------------------
 # Two guests on one GPU is drift no ensure may repair: taking the GPU from the other guest stops whatever runs
 # there, so the probe names the guest and the ensure refuses. Read once per script, as each pvesh call costs a Perl

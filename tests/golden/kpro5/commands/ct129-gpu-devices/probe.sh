@@ -1,7 +1,7 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gpu-devices]
 # The probe of ct129-gpu-devices: reads the host and changes nothing; prints one facts line.
-# [templates/common/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
-# [templates/common/vms.sh.j2 sha256:6d7842ecc95cf552]
+# [templates/common/container.sh.j2 sha256:138093b4bc2d324f vmid=129 allow_restart=true]
+# [templates/common/vms.sh.j2 sha256:55b2bb4de1f92606]
 # --- other guests on the container's GPUs (the devices' ensure and probe) ------------------------------------
 # Two guests on one GPU is drift no ensure may repair: taking the GPU from the other guest stops whatever runs
 # there, so the probe names the guest and the ensure refuses. Read once per script, as each pvesh call costs a Perl
@@ -72,14 +72,16 @@ guest_fix() {
   done < <(guest_rows "$1")
   printf '%s\n' "$fixes"
 }
-container_config="$(pct config "$vmid" 2>/dev/null || true)"
+# A container that is gone has neither: its facts read absent.
+container_devices="$(ct_config "$vmid" dev 2>/dev/null)" || container_devices=""
+container_unprivileged="$(ct_config "$vmid" unprivileged 2>/dev/null)" || container_unprivileged=""
 
 # container_device NODE — "passed" when a devN entry of the container names NODE.
 # container_privileged — "no" for an unprivileged container; a privileged one is "yes, declared" where the stack
 # says privileged: true, else "yes" (drift the ensure refuses).
 privileged_declared=True
 container_privileged() {
-  if [ "$(sed -n 's/^unprivileged: //p' <<<"$container_config")" = 1 ]; then
+  if [ "$container_unprivileged" = 1 ]; then
     echo no
   elif [ "$privileged_declared" = True ]; then
     echo "yes, declared"
@@ -89,7 +91,7 @@ container_privileged() {
 }
 
 container_device() {
-  if parse_dev_entries <<<"$container_config" | awk -F '\t' -v p="$1" '$2 == p {found = 1} END {exit !found}'; then
+  if awk -F '\t' -v p="$1" '$2 == p {found = 1} END {exit !found}' <<<"$container_devices"; then
     echo passed
   else
     echo absent

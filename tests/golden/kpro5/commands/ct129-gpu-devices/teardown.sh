@@ -1,9 +1,9 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-gpu-devices]
-# [templates/common/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
+# [templates/common/container.sh.j2 sha256:138093b4bc2d324f vmid=129 allow_restart=true]
 
 gpus=(0000:41:00.0 0000:61:00.0)
 
-if ! pct config "$vmid" >/dev/null 2>&1; then
+if ! ct_status "$vmid" >/dev/null 2>&1; then
   say "container $vmid is gone; nothing to remove"
   rm -f "$owned"
   finish

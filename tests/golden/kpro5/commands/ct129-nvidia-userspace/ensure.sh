@@ -1,5 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=ct129-nvidia-userspace]
-# [templates/common/container.sh.j2 sha256:d10200d97fad05ca vmid=129 allow_restart=true]
+# [templates/common/container.sh.j2 sha256:138093b4bc2d324f vmid=129 allow_restart=true]
 
 version=580.126.09
 run_file=NVIDIA-Linux-x86_64-580.126.09.run

@@ -1,5 +1,5 @@
 # [templates/common/lib.sh.j2 sha256:d7196be3daa31e25 unit=vfio-binding]
-# [templates/vfio_binding/decide.sh.j2 sha256:e8d39cdf11cf36d3 bootloader=systemd-boot vfio_slots=(0000:01:00 0000:21:00) nvidia_slots=(0000:41:00 0000:61:00) plan_json='{"bootloader": "systemd-boot", "kernel_args": ["iommu=pt"], "nvidia_slots": ["0000:41:00", "0000:61:00"], "vfio_slots": ["0000:01:00", "0000:21:00"]}' decider=# [gpuhosts/hostside/vfio_binding.py sha256:5b2559c21320ca13 verbatim; tests/test_vfio_binding_cases.py]]
+# [templates/vfio_binding/decide.sh.j2 sha256:f0eb1df6a1186b60 bootloader=systemd-boot vfio_slots=(0000:01:00 0000:21:00) nvidia_slots=(0000:41:00 0000:61:00) plan_json='{"bootloader": "systemd-boot", "kernel_args": ["iommu=pt"], "nvidia_slots": ["0000:41:00", "0000:61:00"], "vfio_slots": ["0000:01:00", "0000:21:00"]}' decider=# [gpuhosts/hostside/vfio_binding.py sha256:5b2559c21320ca13 verbatim; tests/test_vfio_binding_cases.py]]
 # [templates/vfio_binding/pci.sh.j2 sha256:327a157f4f6b2c72]
 
 # --- check: the boot loader the stack names is the one this host boots with --------------------------------
