@@ -1,13 +1,17 @@
 """The simulated kpro5 that the scripts run against directly (tests/fakehost), without SSH or an engine: a host seeded
 as kpro5 stands, the plan's units of a stack aimed at it, each script run as the provider runs it; the fixtures
-`host` (the seed), `converged_template` (one converge per module) and `converged` (a private copy of it) are
-registered in conftest.py.
+`host` (the seed), `converged_template` (one converge per test run, shared by the workers) and `converged` (a
+private copy of it) are registered in conftest.py.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import shutil
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,16 +106,38 @@ def host(tmp_path) -> Host:
     return Host(tree, run_file, sha256)
 
 
-@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory) -> Path:
+    """A folder of this test run that every worker of it sees (pytest-xdist gives each worker a folder of its own
+    under it), and no other run."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def made_once(folder: Path):
+    """Whoever comes first makes `folder` (the body runs when it lacks its `done` marker); the others wait for it."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield not (folder / "done").exists()
+        (folder / "done").touch()
+
+
+@pytest.fixture(scope="session")
 def converged_template(tmp_path_factory) -> tuple[Host, str, str]:
-    """One converge from the seed, shared by the tests that start where it ends: (host, start digest, after up)."""
-    root = tmp_path_factory.mktemp("converged")
-    tree = seed_kpro5(root / "kpro5")
+    """kpro5 converged from its seed once per test run and kept, read-only, for the tests that start where it ends
+    (each on a copy): (host, start digest, digest after up)."""
+    root = run_folder(tmp_path_factory) / "converged-kpro5"
     run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
-    host = Host(tree, run_file, make_fake_run(run_file, VERSION))
-    start = host.digest()
-    host.up()
-    return host, start, host.digest()
+    with made_once(root) as first:
+        if first:
+            host = Host(seed_kpro5(root / "kpro5"), run_file, make_fake_run(run_file, VERSION))
+            start = host.digest()
+            host.up()
+            (root / "digests.json").write_text(json.dumps(
+                {"sha256": host.sha256, "start": start, "after": host.digest()}))
+    digests = json.loads((root / "digests.json").read_text())
+    return Host(root / "kpro5", run_file, digests["sha256"]), digests["start"], digests["after"]
 
 
 @pytest.fixture

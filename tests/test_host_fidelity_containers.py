@@ -5,7 +5,6 @@ re-checking every devN node, and host paths compared as strings."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,28 +16,11 @@ from fakehost.util import configure
 from gpuhosts.plans.model_download import plan_model_store
 from gpuhosts.protocol import parse_result
 from gpuhosts.stacks import validate_stack
-from fakehost.installer import make_fake_run
-from simhost import VERSION, Host, refused
+from simhost import Host, refused
 
 FIXTURES = Path(__file__).parent / "fixtures/pve"
 CT = "var/lib/lxc/129/rootfs"
 CONF = "etc/pve/lxc/129.conf"
-
-
-@pytest.fixture(scope="module")
-def converged_template(tmp_path_factory) -> Host:
-    root = tmp_path_factory.mktemp("converged")
-    run_file = root / f"NVIDIA-Linux-x86_64-{VERSION}.run"
-    template = Host(seed_kpro5(root / "kpro5"), run_file, make_fake_run(run_file, VERSION))
-    template.up()
-    return template
-
-
-@pytest.fixture
-def converged(converged_template, tmp_path) -> Host:
-    """A private copy of a converged kpro5: the driver up, container 129 with its GPUs."""
-    shutil.copytree(converged_template.tree, tmp_path / "kpro5", symlinks=True)
-    return Host(tmp_path / "kpro5", converged_template.run_file, converged_template.sha256)
 
 
 def sh(host: Host, script: str, check: bool = True):

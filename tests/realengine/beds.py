@@ -3,6 +3,7 @@
     host = Converged.seed(project, tmp_path / "host")           # the seed's kpro5, its sshd, a stack aimed at it
     host.up()                                                  # `pulumi up` of the stack file's values
     copy = Converged.copy_of(host, tmp_path / "copy")          # the converged host restored by copy, state and all
+    again = Converged.restore(kpro5_snapshot, tmp_path / "again", project)   # the run's converged kpro5, copied
     copy.up(moved_to_vfio(copy.values()))                      # the stack file edited, then `pulumi up`
 
 A copy is the template's tree copied, an sshd of its own (a new port and host key) that accepts the template's
@@ -22,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from fakehost.tree import tree_digest
 from gpuhosts.provider import state_signature
 from realengine import Preview, Project, Run, Stack, urn_name
 from sshhost.bed import Bed
@@ -48,7 +50,7 @@ class Converged:
     @classmethod
     def copy_of(cls, other: "Converged", root: Path) -> "Converged":
         """A private copy of another's host and state, taken now."""
-        return cls.restore(other.snapshot(root / "snapshot"), root)
+        return cls.restore(other.snapshot(root / "snapshot"), root, other.stack.project)
 
     def snapshot(self, folder: Path) -> "Snapshot":
         """The host's tree and the stack's state as they are now, kept in `folder` to restore any number of times."""
@@ -56,11 +58,13 @@ class Converged:
         shutil.copytree(self.bed.tree, folder / "kpro5", symlinks=True)
         for suffix in ("", ".pub"):
             shutil.copy(str(self.bed.ssh.private_key) + suffix, folder / f"id_ed25519{suffix}")
-        return Snapshot(folder, self.stack.project, self.stack.name, self.stack.export(), self.values(),
-                        self.bed.run_file, self.bed.sha256)
+        return Snapshot(folder, self.stack.name, self.stack.export(), self.values(), self.bed.run_file,
+                        self.bed.sha256).save()
 
     @classmethod
-    def restore(cls, snapshot: "Snapshot", root: Path) -> "Converged":
+    def restore(cls, snapshot: "Snapshot", root: Path, project: Project) -> "Converged":
+        """The snapshot's host behind a new sshd, in a new stack of `project` that holds its state (any project of
+        the tier: they share the passphrase the state's secrets are sealed with)."""
         root.mkdir(parents=True, exist_ok=True)
         shutil.copytree(snapshot.folder / "kpro5", root / "kpro5", symlinks=True)
         bed = Bed._open(root, root / "kpro5", snapshot.run_file, snapshot.sha256)
@@ -72,7 +76,7 @@ class Converged:
         values = copy.deepcopy(snapshot.values)
         values["host"]["ssh"].update(host=bed.ssh.host, port=bed.ssh.port, user=bed.ssh.user,
                                      hostKey=bed.ssh.host_key)
-        made = cls(bed, Stack(snapshot.project, fresh_name(), "kpro5", values, bed.secrets()))
+        made = cls(bed, Stack(project, fresh_name(), "kpro5", values, bed.secrets()))
         if snapshot.deployment["deployment"].get("resources"):
             made.import_state(retargeted(snapshot.deployment, bed, snapshot.stack, made.stack.name))
         return made
@@ -134,15 +138,30 @@ class Converged:
 @dataclass(frozen=True)
 class Snapshot:
     """A converged host kept on disk: its tree, the client key its state is signed with, the stack's state (as
-    `pulumi stack export` wrote it) and values."""
+    `pulumi stack export` wrote it) and values; `snapshot.json` in its folder holds the rest, so another process
+    of the same run can restore it."""
 
     folder: Path
-    project: Project
     stack: str
     deployment: dict[str, Any]
     values: dict[str, Any]
     run_file: Path
     sha256: str
+
+    def save(self) -> "Snapshot":
+        (self.folder / "snapshot.json").write_text(json.dumps({
+            "stack": self.stack, "deployment": self.deployment, "values": self.values,
+            "run_file": str(self.run_file), "sha256": self.sha256}))
+        return self
+
+    @classmethod
+    def load(cls, folder: Path) -> "Snapshot":
+        saved = json.loads((folder / "snapshot.json").read_text())
+        return cls(folder, saved["stack"], saved["deployment"], saved["values"], Path(saved["run_file"]),
+                   saved["sha256"])
+
+    def digest(self) -> str:
+        return tree_digest(self.folder / "kpro5")
 
 
 def retargeted(deployment: dict[str, Any], bed: Bed, source: str, stack: str) -> dict[str, Any]:

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from realengine import PROJECT, Project, cli_available
+from realengine.beds import Converged, Snapshot
 from realengine.hosts import SglangStandin
+from simhost import made_once, run_folder
 
 FIGURES = PROJECT / "build" / "pulumi-figures"
 
@@ -27,6 +29,22 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Project:
     return Project(tmp_path_factory.mktemp("real-engine") / "gpuhosts")
+
+
+@pytest.fixture(scope="session")
+def kpro5_snapshot(tmp_path_factory) -> Snapshot:
+    """kpro5's host side converged by the CLI once per test run, from a project of its own, and kept as a snapshot
+    that every module restores by copy (Converged.restore) instead of converging it again."""
+    root = run_folder(tmp_path_factory) / "kpro5-snapshot"
+    with made_once(root) as first:
+        if first:
+            host = Converged.seed(Project(root / "project" / "gpuhosts"), root / "host")
+            try:
+                host.up()
+                host.snapshot(root / "snapshot")
+            finally:
+                host.close()
+    return Snapshot.load(root / "snapshot")
 
 
 @pytest.fixture(scope="module")

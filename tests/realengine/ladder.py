@@ -86,7 +86,7 @@ def build_ladder(project: Project, root: Path) -> Ladder:
 
 def host_before(ladder: Ladder, index: int, root: Path) -> Converged:
     """A host and stack of their own where the clean `up` stood before unit `index`."""
-    return Converged.restore(ladder.steps[index], root)
+    return Converged.restore(ladder.steps[index], root, ladder.host.stack.project)
 
 
 def differs_from_start(ladder: Ladder, host: Converged) -> list[str]:

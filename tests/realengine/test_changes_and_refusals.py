@@ -23,18 +23,10 @@ from sshhost.bed import VERSION, moved_to_vfio
 pytestmark = pytest.mark.pulumi
 
 
-@pytest.fixture(scope="module")
-def template(project, tmp_path_factory):
-    """kpro5 converged once by the CLI: (the host and its stack, the tree's digest after that `up`)."""
-    host = Converged.seed(project, tmp_path_factory.mktemp("changes") / "template")
-    host.up()
-    yield host, host.digest()
-    host.close()
-
-
 @pytest.fixture
-def converged(template, tmp_path):
-    host = Converged.copy_of(template[0], tmp_path / "bed")
+def converged(project, kpro5_snapshot, tmp_path):
+    """A private copy of the run's converged kpro5, in a stack of its own."""
+    host = Converged.restore(kpro5_snapshot, tmp_path / "bed", project)
     yield host
     host.close()
 
@@ -113,9 +105,8 @@ def refused(host: Converged, words: str, values=None, *extra: str) -> Run:
     return run
 
 
-def test_refuses_to_take_a_gpu_from_a_running_vm(project, template, tmp_path):
-    seeded = template[0].bed
-    host = Converged.seed(project, tmp_path / "bed", run_file=seeded.run_file, sha256=seeded.sha256,
+def test_refuses_to_take_a_gpu_from_a_running_vm(project, kpro5_snapshot, tmp_path):
+    host = Converged.seed(project, tmp_path / "bed", run_file=kpro5_snapshot.run_file, sha256=kpro5_snapshot.sha256,
                           vms=((101, "win-3090", "0000:01:00", True), (103, "a6000-vm", "0000:41:00", True)))
     try:
         run = refused(host, "VM 103 is running with 0000:41:00 passed through")
@@ -148,8 +139,8 @@ def test_refuses_container_devices_without_nvidia_uvm(converged):
 
 
 # --- a host that is gone --------------------------------------------------------------------------------------
-def test_an_unreachable_host_says_what_to_do(template, converged):
-    after = template[1]
+def test_an_unreachable_host_says_what_to_do(kpro5_snapshot, converged):
+    after = kpro5_snapshot.digest()
     units = recorded(converged)
     converged.bed.ssh.stop()
     preview = converged.preview(check=False)

@@ -123,9 +123,8 @@ def test_a_repository_the_hub_does_not_have_is_named_with_its_answer(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def converged(project, tmp_path_factory):
-    host = Converged.seed(project, tmp_path_factory.mktemp("check") / "template")
-    host.up()
+def converged(project, kpro5_snapshot, tmp_path_factory):
+    host = Converged.restore(kpro5_snapshot, tmp_path_factory.mktemp("check") / "template", project)
     yield host
     host.close()
 
@@ -211,8 +210,8 @@ def test_the_key_may_come_from_the_file_an_environment_variable_names(template):
 @pytest.mark.parametrize("drift", [d for d in DRIFTS if d.name in ("devN removed from CT 129",
                                                                     "nvidia-persistenced disabled")],
                          ids=lambda d: d.name)
-def test_drift_names_each_field_observed_and_desired(converged, tmp_path, drift):
-    host = Converged.copy_of(converged, tmp_path / "bed")
+def test_drift_names_each_field_observed_and_desired(project, kpro5_snapshot, tmp_path, drift):
+    host = Converged.restore(kpro5_snapshot, tmp_path / "bed", project)
     try:
         stack = stack_file(host.bed)
         drift.tamper(host.bed)

@@ -78,17 +78,9 @@ def rewritten(old_values: dict, new_values: dict) -> dict[str, set[str]]:
             for key in old.keys() & new.keys() if old[key].desired != new[key].desired}
 
 
-@pytest.fixture(scope="module")
-def template(project, tmp_path_factory):
-    host = Converged.seed(project, tmp_path_factory.mktemp("renames") / "template")
-    host.up()
-    yield host
-    host.close()
-
-
 @pytest.mark.parametrize("rename", RENAMES, ids=lambda r: r.name)
-def test_a_rename_or_replacement_leaves_the_host_as_it_is(template, tmp_path, rename):
-    host = Converged.copy_of(template, tmp_path / "bed")
+def test_a_rename_or_replacement_leaves_the_host_as_it_is(project, kpro5_snapshot, tmp_path, rename):
+    host = Converged.restore(kpro5_snapshot, tmp_path / "bed", project)
     bed = host.bed
     try:
         before = tree_listing(bed.tree, (*volatile(bed.tree), OWNER_RECORDS))
