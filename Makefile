@@ -90,10 +90,12 @@ verify-engines: $(VENV)/.synced
 # The trainer for real on one GPU (tests/gpu/trainer_run.py; docs/training-node.md, "The trainer on a GPU"): here,
 # the trainer stack scaled and rendered into build/gpu-trainer with speculators' scripts (SPECULATORS_GIT: a clone of
 # vllm-project/speculators) and the wheels of tests/gpu/trainer-wheels.txt into .whl/; then, on a machine with a GPU
-# and torch, as root: python3 tests/gpu/trainer_run.py --bundle build/gpu-trainer --wheels .whl --out OUT
+# and torch, as root: python3 tests/gpu/trainer_run.py --bundle build/gpu-trainer --wheels .whl --out OUT.
+# GPU_SCALE=tests/gpu/trainer-scale-gpu8.yaml renders the eight-GPU node instead (the stack's split kept).
 SPECULATORS_GIT ?= ../speculators/.git
+GPU_SCALE ?= tests/gpu/trainer-scale.yaml
 gpu-trainer: $(VENV)/.synced
-	$(VENV)/bin/python tests/gpu/trainer_bundle.py --speculators "$(SPECULATORS_GIT)" --out build/gpu-trainer
+	$(VENV)/bin/python tests/gpu/trainer_bundle.py --speculators "$(SPECULATORS_GIT)" --scale $(GPU_SCALE) --out build/gpu-trainer
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		-d .whl -r tests/gpu/trainer-wheels.txt

@@ -68,12 +68,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--speculators", type=Path, required=True, help="git directory of vllm-project/speculators")
     parser.add_argument("--out", type=Path, default=PROJECT / "build/gpu-trainer")
+    parser.add_argument("--scale", type=Path, default=SCALE,
+                        help="the scale file: trainer-scale.yaml (one GPU) or trainer-scale-gpu8.yaml (eight)")
     args = parser.parse_args()
 
     out = args.out.resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    stack = scaled_stack(yaml.safe_load(STACK.read_text()), yaml.safe_load(SCALE.read_text()))
+    stack = scaled_stack(yaml.safe_load(STACK.read_text()), yaml.safe_load(args.scale.read_text()))
     stack_file = out / "Pulumi.trainer.yaml"
     stack_file.write_text(yaml.safe_dump(stack, sort_keys=False))
     subprocess.run([str(PROJECT / ".venv/bin/gpuhosts"), "plan", "trainer", "--stack-file", str(stack_file),
